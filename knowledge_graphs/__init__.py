@@ -1,0 +1,10 @@
+"""Domain knowledge graphs with provenance: `load_kg("medical" | "finance" | "legal")`."""
+
+from knowledge_graphs.curated import CuratedDataError
+from knowledge_graphs.model import Entity, Fact, KnowledgeGraph, Provenance, normalise_alias
+from knowledge_graphs.registry import DOMAINS, UnknownDomainError, build_kg, clear_cache, load_kg
+
+__all__ = [
+    "DOMAINS", "CuratedDataError", "Entity", "Fact", "KnowledgeGraph", "Provenance", "UnknownDomainError",
+    "build_kg", "clear_cache", "load_kg", "normalise_alias",
+]

@@ -1,0 +1,1 @@
+"""HTTP routers. Thin: parse, call a service function, return a schema."""

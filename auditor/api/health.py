@@ -1,0 +1,39 @@
+"""/health (200 once ready), /ready (ready and the audit store reachable), /metrics (Prometheus)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+
+from auditor.api.state import get_services
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/health")
+def health(request: Request) -> JSONResponse:
+    services = getattr(request.app.state, "services", None)
+    ready = services is not None and services.ready
+    return JSONResponse({"status": "ok" if ready else "starting"}, status_code=200 if ready else 503)
+
+
+@router.get("/ready")
+def ready(request: Request) -> JSONResponse:
+    services = get_services(request)
+    try:
+        with services.database.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        store = "ok"
+    except SQLAlchemyError as exc:
+        store = f"unavailable ({exc.__class__.__name__})"
+    ok = services.ready and store == "ok"
+    return JSONResponse({"ready": ok, "audit_store": store, "model": services.engine.model_id},
+                        status_code=200 if ok else 503)
+
+
+@router.get("/metrics")
+def metrics(request: Request) -> Response:
+    return Response(get_services(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)

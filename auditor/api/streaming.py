@@ -1,0 +1,55 @@
+"""Server-sent events for streamed completions.
+
+The stream is primed before the response starts: the first released text (or, for short or held
+outputs, the committed Outcome) is awaited first, so an engine rejection is a plain 400 and an audit
+store failure a plain 503. After that, the record is committed before the final chunk and `[DONE]`;
+if it cannot be, the client gets an error event and nothing more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from auditor.api.errors import audit_store_unavailable, error_body
+from auditor.api.openai_format import sse, usage
+from auditor.inference import AuditUnavailable, BadRequest, InferenceService, Outcome, Prepared
+
+# (text delta or None, finish_reason or None, first chunk?) -> one chunk body
+ChunkFactory = Callable[[str | None, str | None, bool], dict[str, Any]]
+Piece = str | Outcome
+
+
+async def start_stream(inference: InferenceService, prepared: Prepared) -> tuple[Piece, AsyncIterator[Piece]]:
+    """The first piece and the rest; raises BadRequest / AuditUnavailable before any byte is sent."""
+    pieces = inference.stream(prepared)
+    return await anext(pieces), pieces
+
+
+async def event_stream(first: Piece, rest: AsyncIterator[Piece], make_chunk: ChunkFactory, *,
+                       include_usage: bool) -> AsyncIterator[str]:
+    sent = ""
+    yield sse(make_chunk("", None, True))
+    try:
+        piece: Piece | None = first
+        while piece is not None:
+            if isinstance(piece, Outcome):
+                if len(piece.text) > len(sent):  # e.g. an input-stage refusal message, sent after the commit
+                    yield sse(make_chunk(piece.text[len(sent):], None, False))
+                final = make_chunk(None, piece.finish_reason, False)
+                final["audit"] = piece.audit_summary()
+                yield sse(final)
+                if include_usage:
+                    yield sse({**make_chunk(None, None, False), "choices": [], "usage": usage(piece)})
+                yield sse("[DONE]")
+                return
+            sent += piece
+            yield sse(make_chunk(piece, None, False))
+            piece = await anext(rest, None)
+    except AuditUnavailable:
+        error = audit_store_unavailable()
+        yield sse(error_body(error.status_code, error.message, error.code))
+    except BadRequest as exc:
+        yield sse(error_body(400, str(exc), exc.code, exc.param))
+    finally:
+        await rest.aclose()  # a client that went away: the service records the request as ended early

@@ -1,0 +1,83 @@
+"""`auditor audit verify-chain|purge|hold|release`: integrity and retention of the audit trail."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from auditor import chain
+from auditor.cli import CliError
+from auditor.commands.common import guarded, load_settings, open_database
+from auditor.retention import RetentionError, place_hold, purge_expired, release_hold
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("audit", help="verify the hash chain, purge expired content, legal holds")
+    actions = parser.add_subparsers(dest="action", required=True)
+    verify = actions.add_parser("verify-chain", help="exit 1 naming the first altered, deleted or reordered record")
+    verify.add_argument("--json", action="store_true")
+    verify.set_defaults(func=_verify)
+    purge = actions.add_parser("purge", help="drop expired content (per-domain retention), keep hashed tombstones")
+    purge.add_argument("--dry-run", action="store_true")
+    purge.set_defaults(func=_purge)
+    hold = actions.add_parser("hold", help="place a legal hold (exempts records from purges)")
+    hold.add_argument("--tenant")
+    hold.add_argument("--domain")
+    hold.add_argument("--record")
+    hold.add_argument("--reason", required=True)
+    hold.set_defaults(func=_hold)
+    release = actions.add_parser("release", help="release a legal hold by id")
+    release.add_argument("hold_id", type=int)
+    release.set_defaults(func=_release)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    database = open_database(settings, migrate=False)
+
+    def verify() -> chain.ChainReport:
+        with database.engine.connect() as conn:
+            return chain.verify_chain(conn, settings.hmac_key.get_secret_value().encode())
+
+    report = guarded(verify)
+    if args.json:
+        print(json.dumps(report.to_dict()))
+    elif report.ok:
+        print(f"chain ok: {report.records_checked} records, {report.checkpoints_checked} signed checkpoints")
+    else:
+        assert report.problem is not None
+        print(f"chain broken: {report.problem.line()}")
+    return 0 if report.ok else 1
+
+
+def _purge(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    result = guarded(purge_expired, open_database(settings), settings, dry_run=args.dry_run)
+    verb = "would purge" if args.dry_run else "purged"
+    print(f"{verb} {len(result.purged_ids)} record(s); {len(result.held_ids)} under legal hold"
+          + (f"; purge record {result.purge_record_id}" if result.purge_record_id else ""))
+    return 0
+
+
+def _hold(args: argparse.Namespace) -> int:
+    database = open_database(load_settings())
+    try:
+        with database.session() as session:
+            hold = guarded(place_hold, session, reason=args.reason, tenant=args.tenant, domain=args.domain,
+                           record_id=args.record)
+            hold_id = hold.id
+    except RetentionError as exc:
+        raise CliError(str(exc)) from exc
+    print(f"legal hold {hold_id} placed")
+    return 0
+
+
+def _release(args: argparse.Namespace) -> int:
+    database = open_database(load_settings())
+    try:
+        with database.session() as session:
+            guarded(release_hold, session, args.hold_id)
+    except RetentionError as exc:
+        raise CliError(str(exc)) from exc
+    print(f"legal hold {args.hold_id} released")
+    return 0

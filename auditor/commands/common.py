@@ -1,0 +1,39 @@
+"""Helpers shared by the CLI subcommands: settings and database with one-line errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+from sqlalchemy.exc import SQLAlchemyError
+
+from auditor.cli import CliError
+from auditor.db import Database
+from auditor.settings import Settings, get_settings
+
+T = TypeVar("T")
+
+
+def load_settings() -> Settings:
+    try:
+        return get_settings()
+    except (ValidationError, ValueError) as exc:
+        first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        raise CliError(f"invalid settings: {first}") from exc
+
+
+def open_database(settings: Settings, *, migrate: bool = True) -> Database:
+    database = Database(settings.database_url, sqlite_synchronous=settings.sqlite_synchronous)
+    if migrate and settings.auto_migrate:
+        guarded(database.upgrade)
+    return database
+
+
+def guarded(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a database operation, turning driver errors into one-line CLI errors."""
+    try:
+        return function(*args, **kwargs)
+    except SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        raise CliError(f"audit store error: {reason}") from exc

@@ -1,0 +1,64 @@
+"""`auditor keys create|list|revoke`: API keys (the plaintext is printed once, at creation)."""
+
+from __future__ import annotations
+
+import argparse
+
+from auditor.cli import CliError
+from auditor.commands.common import guarded, load_settings, open_database
+from auditor.keys import ROLES, ApiKeyError, create_key, list_keys, revoke_key
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("keys", help="manage API keys")
+    actions = parser.add_subparsers(dest="action", required=True)
+    create = actions.add_parser("create", help="create a key and print it once")
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--role", required=True, choices=ROLES)
+    create.add_argument("--name")
+    create.set_defaults(func=_create)
+    listing = actions.add_parser("list", help="list keys (never their secrets)")
+    listing.add_argument("--tenant")
+    listing.add_argument("--all", action="store_true", help="include revoked keys")
+    listing.set_defaults(func=_list)
+    revoke = actions.add_parser("revoke", help="revoke a key by id")
+    revoke.add_argument("key_id")
+    revoke.set_defaults(func=_revoke)
+
+
+def _create(args: argparse.Namespace) -> int:
+    database = open_database(load_settings())
+
+    def run() -> tuple[str, str]:
+        with database.session() as session:
+            key, plaintext = create_key(session, tenant=args.tenant, role=args.role, name=args.name)
+            return key.id, plaintext
+
+    try:
+        key_id, plaintext = guarded(run)
+    except ApiKeyError as exc:
+        raise CliError(str(exc)) from exc
+    print(f"key id: {key_id}\ntenant: {args.tenant}\nrole: {args.role}\nkey: {plaintext}")
+    print("store the key now: it is not shown again")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    database = open_database(load_settings())
+    with database.session() as session:
+        keys = guarded(list_keys, session, tenant=args.tenant, include_revoked=args.all)
+        for key in keys:
+            state = f"revoked {key.revoked_at:%Y-%m-%d}" if key.revoked_at else "active"
+            print(f"{key.id}  {key.prefix}…  {key.tenant}  {key.role}  {key.name or '-'}  {state}")
+    return 0
+
+
+def _revoke(args: argparse.Namespace) -> int:
+    database = open_database(load_settings())
+    try:
+        with database.session() as session:
+            guarded(revoke_key, session, args.key_id)
+    except ApiKeyError as exc:
+        raise CliError(str(exc)) from exc
+    print(f"revoked {args.key_id}")
+    return 0

@@ -1,0 +1,46 @@
+"""`auditor serve [--host H] [--port P]`: run the API with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from auditor.cli import CliError
+from auditor.commands.common import guarded, load_settings, open_database
+
+logger = logging.getLogger("auditor")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("serve", help="run the OpenAI-compatible audit service")
+    parser.add_argument("--host", help="bind address (default: AUDITOR_HOST or 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port (default: AUDITOR_PORT or 8000)")
+    parser.set_defaults(func=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from auditor.app import create_app
+    from auditor.keys import any_active_key
+
+    settings = load_settings()
+    host, port = args.host or settings.host, args.port or settings.port
+    model_path = settings.resolved_model_path()
+    if not model_path.is_dir():
+        raise CliError(f"no model at {model_path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
+    database = open_database(settings)
+
+    def keys_configured() -> bool:
+        with database.session() as session:
+            return any_active_key(session)
+
+    has_keys = guarded(keys_configured)
+    database.dispose()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if not has_keys and host != "127.0.0.1":
+        # Without keys nobody is authenticated: never expose that beyond this machine.
+        logger.warning("development mode (no API keys): binding 127.0.0.1 instead of %s", host)
+        host = "127.0.0.1"
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    return 0

@@ -1,0 +1,192 @@
+"""Gate decisions, the input stage and the per-sentence output stage.
+
+Actions, weakest to strongest: allow < annotate < redact < block < refuse. A request's gate action
+is the strongest decision taken on it. Every decision is kept for the audit record.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from auditor.gate.injection import assess_injection
+from auditor.gate.pii import PiiMatch, find_pii, redact_pii
+from auditor.gate.policy import policies_for
+
+ACTIONS = ("allow", "annotate", "redact", "block", "refuse")
+_RANK = {action: rank for rank, action in enumerate(ACTIONS)}
+# A sentence ends at . ! ? followed by whitespace, or at a newline; the whitespace stays with it.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+@dataclass(slots=True)
+class GateDecision:
+    stage: str          # input | output
+    rule_id: str
+    action: str         # one of ACTIONS
+    reason: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def strongest(actions: list[str]) -> str:
+    return max(actions, key=_RANK.__getitem__, default="allow")
+
+
+# -- input stage ---------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class InputGateResult:
+    redacted_text: str
+    pii: list[PiiMatch]
+    decisions: list[GateDecision]
+    annotations: list[str]
+
+    @property
+    def action(self) -> str:
+        return strongest([d.action for d in self.decisions])
+
+    @property
+    def refusal(self) -> GateDecision | None:
+        return next((d for d in self.decisions if d.action == "refuse"), None)
+
+
+def check_input(text: str, *, intent: str | None, annotate_score: float, refuse_score: float) -> InputGateResult:
+    """PII (redacted from the stored copy), prompt-injection score, and the intent's domain policies."""
+    redacted, pii = redact_pii(text, find_pii(text))
+    decisions: list[GateDecision] = []
+    if pii:
+        kinds = sorted({m.kind for m in pii})
+        decisions.append(GateDecision("input", "pii.input", "redact",
+                                      f"{len(pii)} PII span(s) redacted from the stored prompt ({', '.join(kinds)})",
+                                      {"kinds": kinds, "count": len(pii), "applies_to": "stored copy"}))
+    injection = assess_injection(text)
+    if injection.score >= annotate_score:
+        action = "refuse" if injection.score >= refuse_score else "annotate"
+        decisions.append(GateDecision(
+            "input", "injection.score", action,
+            f"prompt-injection score {injection.score:.2f} ({'; '.join(s.description for s in injection.hits)})",
+            {"score": injection.score, "signals": [s.rule_id for s in injection.hits]},
+        ))
+    annotations = []
+    for policy in policies_for(intent):
+        decisions.append(GateDecision("input", policy.rule_id, policy.action, policy.message, {"intent": intent}))
+        if policy.action == "annotate":
+            annotations.append(policy.message)
+    return InputGateResult(redacted, pii, decisions, annotations)
+
+
+# -- output stage --------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Verification:
+    """What an output validator found in one piece of text."""
+
+    claims: list[dict[str, Any]] = field(default_factory=list)   # {text, verdict, evidence, rule_id, ...}
+    decisions: list[GateDecision] = field(default_factory=list)  # one per failed rule, with its on_fail action
+    redacted_text: str | None = None                              # used when a decision says "redact"
+
+
+class Verifier(Protocol):
+    def rule_pack_hash(self, domain: str | None) -> str | None: ...
+
+    def verify(self, text: str, *, domain: str | None, prompt: str | None, intent: str | None = None) -> Verification: ...
+
+
+class OutputGate:
+    """Sees each sentence before it is released to the client; blocked text is never released.
+
+    `hold_all` (JSON mode) gates the whole output at the end: a JSON value cut at a sentence
+    boundary would not parse, so nothing is streamed before the value is complete and checked.
+    """
+
+    def __init__(self, verifier: Verifier, *, domain: str | None, prompt: str | None, intent: str | None = None,
+                 hold_all: bool = False) -> None:
+        self.verifier = verifier
+        self.domain = domain
+        self.prompt = prompt
+        self.intent = intent
+        self.hold_all = hold_all
+        self.claims: list[dict[str, Any]] = []
+        self.decisions: list[GateDecision] = []
+        self.annotations: list[str] = []
+        self.delivered = ""
+        self.refused = False
+        self._buffer = ""
+
+    def feed(self, delta: str) -> str:
+        """Add generated text; return the gated text that may be sent now (possibly empty)."""
+        if self.refused:
+            return ""
+        self._buffer += delta
+        if self.hold_all:
+            return ""
+        released = []
+        while not self.refused and (match := _SENTENCE_END.search(self._buffer)):
+            sentence, self._buffer = self._buffer[: match.end()], self._buffer[match.end():]
+            released.append(self._gate(sentence))
+        return "".join(released)
+
+    def finish(self) -> str:
+        """Gate whatever is left in the buffer (the last, unterminated sentence)."""
+        if self.refused or not self._buffer:
+            return ""
+        rest, self._buffer = self._buffer, ""
+        return self._gate(rest)
+
+    def _gate(self, sentence: str) -> str:
+        body = sentence.strip()
+        if not body:
+            return self._release(sentence)
+        found = self.verifier.verify(body, domain=self.domain, prompt=self.prompt, intent=self.intent)
+        self.claims.extend(found.claims)
+        self.decisions.extend(found.decisions)
+        action = strongest([d.action for d in found.decisions])
+        self.annotations.extend(d.reason for d in found.decisions if d.action == "annotate")
+        trailing = sentence[len(sentence.rstrip()):]
+        if action == "refuse":
+            self.refused = True
+            rule = next(d.rule_id for d in found.decisions if d.action == "refuse")
+            return self._release(f"I can't provide this answer: it failed the {rule} check.")
+        if action == "block":
+            return ""
+        if action == "redact":
+            return self._release((found.redacted_text or "[redacted]") + trailing)
+        return self._release(sentence)
+
+    def _release(self, text: str) -> str:
+        self.delivered += text
+        return text
+
+    @property
+    def action(self) -> str:
+        return strongest([d.action for d in self.decisions])
+
+    def claim_counts(self) -> dict[str, int]:
+        counts = {"supported": 0, "contradicted": 0, "unverifiable": 0}
+        for claim in self.claims:
+            verdict = claim.get("verdict")
+            if verdict in counts:
+                counts[verdict] += 1
+        return counts
+
+    def fer(self) -> float | None:
+        """FER = contradicted / (supported + contradicted), None when no claim was verified."""
+        counts = self.claim_counts()
+        verified = counts["supported"] + counts["contradicted"]
+        return counts["contradicted"] / verified if verified else None
+
+
+class NoClaimVerifier:
+    """Used when no validator is available: extracts no claims and takes no output decisions."""
+
+    def rule_pack_hash(self, domain: str | None) -> str | None:
+        return None
+
+    def verify(self, text: str, *, domain: str | None, prompt: str | None, intent: str | None = None) -> Verification:
+        return Verification()

@@ -1,0 +1,73 @@
+"""PII detection and redaction before anything is stored.
+
+Detectors (validated, not just pattern-matched, where a checksum exists):
+- email addresses (pattern)
+- payment card numbers: 13-19 digits, Luhn-valid (python-stdnum)
+- IBANs: checksum-valid (schwifty)
+- US social security numbers: dashed form, area/group/serial rules (python-stdnum `us.ssn`)
+- phone numbers: `phonenumbers`' matcher (valid numbers only), default region US
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import phonenumbers
+from schwifty import IBAN
+from schwifty.exceptions import SchwiftyException
+from stdnum import luhn
+from stdnum.us import ssn as us_ssn
+
+_EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
+_CARD = re.compile(r"\b(?:\d[ -]?){12,18}\d\b")
+_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b")
+_SSN = re.compile(r"\b\d{3}-\d{2}-\d{4}\b")
+
+
+@dataclass(frozen=True, slots=True)
+class PiiMatch:
+    kind: str      # email | card | iban | ssn | phone
+    start: int
+    end: int
+
+
+def find_pii(text: str, *, phone_region: str = "US") -> list[PiiMatch]:
+    """Non-overlapping PII spans, in text order (earlier, longer matches win)."""
+    candidates = [PiiMatch("email", m.start(), m.end()) for m in _EMAIL.finditer(text)]
+    candidates += [PiiMatch("card", m.start(), m.end()) for m in _CARD.finditer(text) if _is_card(m.group())]
+    candidates += [PiiMatch("iban", m.start(), m.end()) for m in _IBAN.finditer(text) if _is_iban(m.group())]
+    candidates += [PiiMatch("ssn", m.start(), m.end()) for m in _SSN.finditer(text) if us_ssn.is_valid(m.group())]
+    candidates += [
+        PiiMatch("phone", m.start, m.end)
+        for m in phonenumbers.PhoneNumberMatcher(text, phone_region, leniency=phonenumbers.Leniency.VALID)
+    ]
+    chosen: list[PiiMatch] = []
+    for match in sorted(candidates, key=lambda m: (m.start, -(m.end - m.start))):
+        if not chosen or match.start >= chosen[-1].end:
+            chosen.append(match)
+    return chosen
+
+
+def redact_pii(text: str, matches: list[PiiMatch] | None = None) -> tuple[str, list[PiiMatch]]:
+    """Replace each PII span by `[KIND]`, e.g. `[EMAIL]`."""
+    matches = find_pii(text) if matches is None else matches
+    pieces, cursor = [], 0
+    for match in matches:
+        pieces += [text[cursor:match.start], f"[{match.kind.upper()}]"]
+        cursor = match.end
+    pieces.append(text[cursor:])
+    return "".join(pieces), matches
+
+
+def _is_card(candidate: str) -> bool:
+    digits = re.sub(r"\D", "", candidate)
+    return 13 <= len(digits) <= 19 and luhn.is_valid(digits)
+
+
+def _is_iban(candidate: str) -> bool:
+    try:
+        IBAN(candidate)
+    except SchwiftyException:
+        return False
+    return True

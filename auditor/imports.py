@@ -1,0 +1,189 @@
+"""JSONL import of external LLM outputs (prompt, output, domain, model, timestamp), for re-audit.
+
+Each valid line becomes an ordinary audit record (endpoint "import", hash-chained, scored through the
+outbox like our own outputs) and is linked to its import batch by line number. Bad lines are never
+imported silently: every malformed line is reported with its line number, and either skipped
+(default) or, with `strict`, the whole file is rejected before anything is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from sqlalchemy import insert
+
+from auditor.audit_log import NewRecord, append_record
+from auditor.db import Database
+from auditor.gate.pii import redact_pii
+from auditor.jobs_models import ImportBatch, ImportedOutput
+from auditor.models import utcnow
+from auditor.scoring import write_session
+from auditor.settings import Settings
+
+_LINK_BATCH = 200
+MAX_LINE_BYTES = 1_000_000
+
+
+class ImportFailed(ValueError):
+    """An import that cannot be carried out at all (unreadable file, no valid line)."""
+
+
+class ImportRejected(ImportFailed):
+    """`strict` import with malformed lines: nothing was written."""
+
+    def __init__(self, errors: list[LineError]) -> None:
+        self.errors = errors
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        super().__init__(f"import rejected, nothing written: line {first.line}: {first.message}{more}")
+
+
+@dataclass(frozen=True, slots=True)
+class LineError:
+    line: int
+    message: str
+
+
+class ImportedLine(BaseModel):
+    """One line of the JSONL file."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+
+    prompt: str | None = Field(default=None, max_length=1_000_000)
+    output: str = Field(min_length=1, max_length=1_000_000)
+    domain: str = Field(min_length=1, max_length=64)
+    model: str = Field(min_length=1, max_length=256)
+    timestamp: datetime
+    id: str | None = Field(default=None, max_length=256, description="The producer's own id for this output")
+    metadata: dict[str, Any] | None = None
+
+    @field_validator("timestamp")
+    @classmethod
+    def _timezone_required(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            raise ValueError("timestamp needs a timezone (e.g. 2026-11-02T09:30:00Z)")
+        return value
+
+
+@dataclass(slots=True)
+class ImportResult:
+    import_id: str | None
+    lines: int
+    imported: int
+    errors: list[LineError] = field(default_factory=list)
+
+    @property
+    def skipped(self) -> int:
+        return len(self.errors)
+
+
+def parse_lines(lines: Iterable[str], *, domains: Iterable[str]) -> tuple[list[tuple[int, ImportedLine]], list[LineError], int]:
+    """Validate every line: (valid (line number, parsed) pairs, errors, lines seen). Blank lines are ignored."""
+    known = set(domains)
+    valid: list[tuple[int, ImportedLine]] = []
+    errors: list[LineError] = []
+    number = 0
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        error = None
+        if len(raw.encode("utf-8", "surrogatepass")) > MAX_LINE_BYTES:
+            error = f"line longer than {MAX_LINE_BYTES} bytes"
+        else:
+            try:
+                data = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                error = f"not valid JSON ({exc.msg} at column {exc.colno})"
+            else:
+                error, parsed = _validate(data, known)
+                if parsed is not None:
+                    valid.append((number, parsed))
+        if error is not None:
+            errors.append(LineError(number, error))
+    return valid, errors, number
+
+
+def _validate(data: Any, known_domains: set[str]) -> tuple[str | None, ImportedLine | None]:
+    if not isinstance(data, dict):
+        return f"expected a JSON object, got {type(data).__name__}", None
+    try:
+        parsed = ImportedLine.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "line"
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        return f"field {where!r}: {first['msg']}{more}", None
+    if parsed.domain not in known_domains:
+        return f"field 'domain': unknown domain {parsed.domain!r} (known: {', '.join(sorted(known_domains))})", None
+    return None, parsed
+
+
+def import_file(database: Database, path: Path, *, settings: Settings, tenant: str, strict: bool = False) -> ImportResult:
+    """Import a JSONL file; see the module docstring for what happens to malformed lines."""
+    try:
+        content = path.read_bytes()
+    except OSError as exc:
+        raise ImportFailed(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ImportFailed(f"{path} is not UTF-8 (byte {exc.start})") from exc
+    return import_lines(database, text.splitlines(), settings=settings, tenant=tenant, strict=strict,
+                        filename=path.name, sha256=hashlib.sha256(content).hexdigest())
+
+
+def import_lines(database: Database, lines: list[str], *, settings: Settings, tenant: str, strict: bool,
+                 filename: str, sha256: str) -> ImportResult:
+    valid, errors, line_count = parse_lines(lines, domains=settings.domains)
+    if strict and errors:
+        raise ImportRejected(errors)
+    if not valid:
+        detail = f"; first problem: line {errors[0].line}: {errors[0].message}" if errors else ""
+        raise ImportFailed(f"{filename}: no valid line to import{detail}")
+    with write_session(database) as session:
+        batch = ImportBatch(tenant=tenant, filename=filename[:512], sha256=sha256, strict=strict, lines=line_count,
+                            imported=0, skipped=len(errors), status="importing", created_at=utcnow(),
+                            errors=[{"line": e.line, "message": e.message} for e in errors])
+        session.add(batch)
+    links: list[dict[str, Any]] = []
+    for number, line in valid:
+        record = _new_record(line, number, batch.id, tenant=tenant, settings=settings)
+        append_record(database, record, hmac_key=settings.hmac_key.get_secret_value().encode(),
+                      checkpoint_interval=settings.checkpoint_interval)
+        links.append({"import_id": batch.id, "line": number, "record_id": record.id})
+        if len(links) >= _LINK_BATCH:
+            _flush_links(database, batch.id, links)
+    _flush_links(database, batch.id, links, finished=True)
+    return ImportResult(batch.id, line_count, len(valid), errors)
+
+
+def _flush_links(database: Database, import_id: str, links: list[dict[str, Any]], *, finished: bool = False) -> None:
+    with write_session(database) as session:
+        if links:
+            session.execute(insert(ImportedOutput), links)
+        batch = session.get(ImportBatch, import_id)
+        assert batch is not None
+        batch.imported += len(links)
+        if finished:
+            batch.status, batch.finished_at = "complete", utcnow()
+    links.clear()
+
+
+def _new_record(line: ImportedLine, number: int, import_id: str, *, tenant: str, settings: Settings) -> NewRecord:
+    mode = settings.content_mode_for(line.domain)
+    redact = mode == "redacted"
+    output = redact_pii(line.output)[0] if redact else line.output
+    prompt = redact_pii(line.prompt)[0] if redact and line.prompt is not None else line.prompt
+    return NewRecord(
+        tenant=tenant, status="completed", endpoint="import", domain=line.domain, model_id=line.model,
+        content_mode=mode, prompt=prompt, output=output, delivered_output=output,
+        details={"import_id": import_id, "line": number, "timestamp": line.timestamp.isoformat(),
+                 "external_id": line.id, "metadata": line.metadata},
+    )

@@ -1,0 +1,341 @@
+"""The audited inference path: input gate -> KG linking -> engine -> output gate -> audit record.
+
+Nothing leaves before its record is committed. Non-streaming: the response is built only after the
+commit. Streaming: each sentence passes the output gate before it is sent, the record is committed
+before the final chunk and `[DONE]`, and if that commit fails the client gets an error event instead
+(sentences already sent cannot be recalled; the store is probed before the first byte so an
+unavailable store fails the request before any output). A client that disconnects mid-stream still
+gets its request recorded, with status "error".
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import anyio
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+
+from auditor.audit_log import NewRecord, append_record
+from auditor.auth import Principal
+from auditor.chain import sha256_text
+from auditor.db import Database
+from auditor.gate.gate import GateDecision, InputGateResult, OutputGate, Verifier, check_input, strongest
+from auditor.gate.pii import redact_pii
+from auditor.knowledge import KgConstraint, Knowledge
+from auditor.metrics import ServiceMetrics
+from auditor.settings import Settings
+from engine.outputs import RequestOutput, TokenLogprob
+from engine.sampling_params import InvalidRequestError, SamplingParams
+
+
+class AuditUnavailable(Exception):
+    """The audit record could not be committed: the request fails closed (503, no output)."""
+
+
+class BadRequest(ValueError):
+    """A request the engine or the service refuses (400)."""
+
+    def __init__(self, message: str, *, param: str | None = None, code: str = "invalid_parameter") -> None:
+        super().__init__(message)
+        self.param, self.code = param, code
+
+
+@dataclass(slots=True)
+class RequestContext:
+    principal: Principal
+    endpoint: str                    # chat | completions
+    request_id: str
+    intent: str | None
+    domain: str | None
+
+
+@dataclass(slots=True)
+class Prepared:
+    audit_id: str
+    context: RequestContext
+    prompt: str                      # what the engine sees (chat template applied)
+    stored_prompt: str               # what the record stores (raw or PII-redacted per content mode)
+    gate_text: str                   # user-supplied text, for the output validators' context
+    params: SamplingParams
+    input_gate: InputGateResult
+    kg: KgConstraint | None
+    content_mode: str
+    started: float = field(default_factory=time.perf_counter)
+
+
+@dataclass(slots=True)
+class Outcome:
+    audit_id: str
+    text: str                        # what the client receives
+    finish_reason: str
+    status: str                      # completed | refused | blocked | error
+    prompt_tokens: int
+    completion_tokens: int
+    gate_action: str
+    claim_counts: dict[str, int]
+    fer: float | None
+    annotations: list[str]
+    logprobs: list[TokenLogprob] | None = None
+
+    def audit_summary(self) -> dict[str, Any]:
+        return {"gate_action": self.gate_action, "claims": self.claim_counts, "fer": self.fer,
+                "annotations": self.annotations}
+
+
+@dataclass(slots=True)
+class _Generation:
+    """What the engine produced for one request, accumulated across outputs."""
+
+    text: str = ""
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    timings: dict[str, Any] = field(default_factory=dict)
+    first_release: float | None = None
+
+    def absorb(self, out: RequestOutput) -> None:
+        self.text = out.text
+        self.finish_reason = out.finish_reason or self.finish_reason
+        self.prompt_tokens = out.stats.num_prompt_tokens or len(out.prompt_token_ids)
+        self.completion_tokens = out.stats.num_generated_tokens or len(out.token_ids)
+        if out.logprobs:  # cumulative when aligned with token_ids, else a delta
+            self.logprobs = list(out.logprobs) if len(out.logprobs) == len(out.token_ids) else self.logprobs + list(out.logprobs)
+        self.events = [asdict(event) for event in out.events]
+        stats = out.stats
+        self.timings = {"queue_s": stats.request_queue_time_seconds, "ttft_s": stats.time_to_first_token_seconds,
+                        "engine_e2e_s": stats.e2e_request_latency_seconds, "cached_tokens": stats.num_cached_tokens,
+                        "preemptions": stats.num_preemptions}
+
+
+class InferenceService:
+    def __init__(self, *, engine: Any, database: Database, settings: Settings, metrics: ServiceMetrics,
+                 verifier: Verifier, knowledge: Knowledge) -> None:
+        self.engine = engine
+        self.database = database
+        self.settings = settings
+        self.metrics = metrics
+        self.verifier = verifier
+        self.knowledge = knowledge
+
+    # -- preparation -----------------------------------------------------------------------------
+    def prepare(self, context: RequestContext, *, messages: list[dict[str, str]] | None = None,
+                prompt: str | None = None, params: SamplingParams) -> Prepared:
+        """Render the prompt, run the input gate, link KG entities; raise BadRequest for unusable input."""
+        try:
+            params.validate()
+        except InvalidRequestError as exc:
+            raise BadRequest(str(exc)) from exc
+        if messages is not None:
+            try:
+                rendered = self.engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+            except InvalidRequestError as exc:
+                raise BadRequest(str(exc), param="messages") from exc
+            user_text = "\n".join(m["content"] for m in messages if m["role"] in ("user", "tool"))
+            raw_stored = json.dumps(messages, ensure_ascii=False)
+            redacted_stored = json.dumps([{**m, "content": redact_pii(m["content"])[0]} for m in messages],
+                                         ensure_ascii=False)
+        else:
+            rendered = user_text = raw_stored = prompt or ""
+            redacted_stored = redact_pii(rendered)[0]
+        gate = check_input(user_text, intent=context.intent, annotate_score=self.settings.injection_annotate_score,
+                           refuse_score=self.settings.injection_refuse_score)
+        kg = self.knowledge.constraint_for(context.domain, user_text) if context.domain else None
+        if kg is not None and kg.applied:
+            params.extra_args.update(kg.extra_args())
+        mode = self.settings.content_mode_for(context.domain)
+        return Prepared(
+            audit_id=str(uuid.uuid4()), context=context, prompt=rendered,
+            stored_prompt=redacted_stored if mode == "redacted" else raw_stored, gate_text=user_text,
+            params=params, input_gate=gate, kg=kg, content_mode=mode,
+        )
+
+    async def probe_store(self) -> None:
+        """Fail before the first streamed byte if the audit store cannot be reached."""
+        def probe() -> None:
+            with self.database.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+        try:
+            await anyio.to_thread.run_sync(probe)
+        except SQLAlchemyError as exc:
+            self.metrics.audit_failures.inc()
+            raise AuditUnavailable(str(exc.__class__.__name__)) from exc
+
+    # -- running ---------------------------------------------------------------------------------
+    async def complete(self, prepared: Prepared) -> Outcome:
+        """Generate, gate and record; return only after the record is committed."""
+        pieces = [piece async for piece in self.stream(prepared)]
+        outcome = pieces[-1]
+        assert isinstance(outcome, Outcome)
+        return outcome
+
+    async def stream(self, prepared: Prepared) -> AsyncIterator[str | Outcome]:
+        """Released text pieces, then the Outcome once the record is committed (raises AuditUnavailable)."""
+        hold_all = (prepared.params.response_format or {}).get("type") in ("json_object", "json_schema")
+        gate = OutputGate(self.verifier, domain=prepared.context.domain, prompt=prepared.gate_text,
+                          intent=prepared.context.intent, hold_all=hold_all)
+        generation = _Generation()
+        record_attempted = False
+        try:
+            if prepared.input_gate.refusal is None:
+                async for piece in self._generate(prepared, gate, generation):
+                    yield piece
+            outcome = self._outcome(prepared, gate, generation)
+            record_attempted = True
+            await self._record(prepared, gate, generation, outcome)
+            yield outcome
+        except InvalidRequestError as exc:  # the engine refused the request before any compute
+            record_attempted = True
+            await self._record_failure(prepared, gate, generation, str(exc))
+            raise BadRequest(str(exc)) from exc
+        finally:
+            if not record_attempted:  # client went away, or the engine failed: the trail still gets the request
+                with anyio.CancelScope(shield=True):
+                    await self._record_failure(prepared, gate, generation, "request ended before completion",
+                                               swallow=True)
+
+    async def _generate(self, prepared: Prepared, gate: OutputGate, generation: _Generation) -> AsyncIterator[str]:
+        kwargs = {"request_id": prepared.audit_id, "intent": prepared.context.intent,
+                  "cache_salt": prepared.context.principal.tenant}  # tenants never share KV blocks
+        async with aclosing(self.engine.generate(prepared.prompt, prepared.params, **kwargs)) as outputs:
+            async for out in outputs:
+                generation.absorb(out)
+                # The validators are CPU work: keep them off the event loop that serves other requests.
+                released = await anyio.to_thread.run_sync(gate.feed, out.new_text)
+                if out.finished:
+                    released += await anyio.to_thread.run_sync(gate.finish)
+                if released:
+                    generation.first_release = generation.first_release or time.perf_counter()
+                    yield released
+                if gate.refused:
+                    generation.finish_reason = "content_filter"
+                    break
+
+    def _outcome(self, prepared: Prepared, gate: OutputGate, generation: _Generation) -> Outcome:
+        refusal = prepared.input_gate.refusal
+        decisions = prepared.input_gate.decisions + gate.decisions
+        action = strongest([d.action for d in decisions])
+        if refusal is not None:
+            status, finish, delivered = "refused", "content_filter", f"I can't help with this request: {refusal.reason}."
+        elif gate.refused:
+            status, finish, delivered = "refused", "content_filter", gate.delivered
+        else:
+            status = "blocked" if action == "block" else "completed"
+            finish, delivered = generation.finish_reason or "stop", gate.delivered
+        # Token logprobs would reveal text the gate withheld or changed.
+        logprobs = generation.logprobs if prepared.params.logprobs is not None and action in ("allow", "annotate") else None
+        return Outcome(
+            audit_id=prepared.audit_id, text=delivered, finish_reason=finish, status=status,
+            prompt_tokens=generation.prompt_tokens, completion_tokens=generation.completion_tokens,
+            gate_action=action, claim_counts=gate.claim_counts(), fer=gate.fer(),
+            annotations=prepared.input_gate.annotations + gate.annotations, logprobs=logprobs,
+        )
+
+    # -- recording -------------------------------------------------------------------------------
+    async def _record(self, prepared: Prepared, gate: OutputGate, generation: _Generation, outcome: Outcome) -> None:
+        record = self._build_record(prepared, gate, generation, outcome.status, outcome.gate_action, outcome.text,
+                                    outcome.finish_reason, None)
+        started = time.perf_counter()
+        try:
+            await anyio.to_thread.run_sync(self._append, record)
+        except (SQLAlchemyError, OSError) as exc:
+            self.metrics.audit_failures.inc()
+            raise AuditUnavailable(exc.__class__.__name__) from exc
+        self.metrics.audit_write.observe(time.perf_counter() - started)
+        self._count(prepared, gate, outcome, generation)
+
+    async def _record_failure(self, prepared: Prepared, gate: OutputGate, generation: _Generation, error: str,
+                              *, swallow: bool = False) -> None:
+        action = strongest([d.action for d in prepared.input_gate.decisions + gate.decisions])
+        record = self._build_record(prepared, gate, generation, "error", action, gate.delivered,
+                                    generation.finish_reason or "abort", error)
+        try:
+            await anyio.to_thread.run_sync(self._append, record)
+        except (SQLAlchemyError, OSError) as exc:
+            self.metrics.audit_failures.inc()
+            if not swallow:
+                raise AuditUnavailable(exc.__class__.__name__) from exc
+        self.metrics.requests.labels(prepared.context.endpoint, "error").inc()
+
+    def _append(self, record: NewRecord) -> None:
+        append_record(self.database, record, hmac_key=self.settings.hmac_key.get_secret_value().encode(),
+                      checkpoint_interval=self.settings.checkpoint_interval)
+
+    def _build_record(self, prepared: Prepared, gate: OutputGate, generation: _Generation, status: str,
+                      action: str, delivered: str, finish_reason: str, error: str | None) -> NewRecord:
+        redact = prepared.content_mode == "redacted"
+        output = redact_pii(generation.text)[0] if redact else generation.text
+        if delivered != generation.text:
+            delivered = redact_pii(delivered)[0] if redact else delivered
+        else:
+            delivered = output  # the usual case: one redaction pass serves both copies
+        counts = gate.claim_counts()
+        timings = {**generation.timings, "service_e2e_s": round(time.perf_counter() - prepared.started, 6)}
+        if generation.first_release is not None:
+            timings["service_ttft_s"] = round(generation.first_release - prepared.started, 6)
+        return NewRecord(
+            id=prepared.audit_id, tenant=prepared.context.principal.tenant, status=status,
+            key_id=prepared.context.principal.key_id, request_id=prepared.context.request_id,
+            endpoint=prepared.context.endpoint, intent=prepared.context.intent, domain=prepared.context.domain,
+            model_id=getattr(self.engine, "model_id", None), checkpoint_hash=getattr(self.engine, "checkpoint_hash", None),
+            sampling_params=_params_for_record(prepared.params), kg_version=self.knowledge.kg_version(prepared.context.domain) if prepared.context.domain else None,
+            rule_pack_hash=self.verifier.rule_pack_hash(prepared.context.domain), content_mode=prepared.content_mode,
+            prompt=prepared.stored_prompt,
+            output=output, delivered_output=delivered,
+            claims=gate.claims or None, prompt_tokens=generation.prompt_tokens,
+            completion_tokens=generation.completion_tokens, timings=timings,
+            logprob_summary=_logprob_summary(generation.logprobs), kg_events=_kg_events(prepared.kg, generation.events),
+            gate_decisions=[d.to_dict() for d in prepared.input_gate.decisions + gate.decisions],
+            gate_action=action, n_supported=counts["supported"], n_contradicted=counts["contradicted"],
+            n_unverifiable=counts["unverifiable"], fer=gate.fer(), finish_reason=finish_reason, error=error,
+        )
+
+    def _count(self, prepared: Prepared, gate: OutputGate, outcome: Outcome, generation: _Generation) -> None:
+        self.metrics.requests.labels(prepared.context.endpoint, outcome.status).inc()
+        decisions: list[GateDecision] = prepared.input_gate.decisions + gate.decisions
+        for decision in decisions:
+            self.metrics.gate_decisions.labels(decision.stage, decision.action).inc()
+        for verdict, count in outcome.claim_counts.items():
+            if count:
+                self.metrics.verdicts.labels(verdict).inc(count)
+        self.metrics.e2e.observe(time.perf_counter() - prepared.started)
+        if generation.first_release is not None:
+            self.metrics.ttft.observe(generation.first_release - prepared.started)
+
+
+def _params_for_record(params: SamplingParams) -> dict[str, Any]:
+    """Sampling parameters as stored: the allowed-entity list is summarised by its size and digest."""
+    values = asdict(params)
+    extra = values.pop("extra_args")
+    kg = extra.get("kg_constraint")
+    if kg:
+        allowed = sorted(kg.get("allowed_entity_ids", []))
+        values["kg_constraint"] = {"domain": kg.get("domain"), "allowed_count": len(allowed),
+                                   "allowed_sha256": sha256_text(json.dumps(allowed))}
+    return values
+
+
+def _kg_events(kg: KgConstraint | None, engine_events: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The linking step (anchors, allowed-set size) followed by the constraint processor's own events."""
+    linking = [{"processor": "kg_linking", "position": -1, "kind": "constrained" if kg.applied else "no_anchors",
+                "data": {"domain": kg.domain, "anchor_ids": kg.anchor_ids,
+                         "allowed_count": len(kg.allowed_entity_ids)}}] if kg is not None else []
+    return (linking + engine_events) or None
+
+
+def _logprob_summary(logprobs: list[TokenLogprob]) -> dict[str, Any] | None:
+    if not logprobs:
+        return None
+    values = [lp.logprob for lp in logprobs]
+    mean = sum(values) / len(values)
+    return {"tokens": len(values), "mean_logprob": round(mean, 6), "min_logprob": round(min(values), 6),
+            "perplexity": round(float(pow(2.718281828459045, -mean)), 6)}
+

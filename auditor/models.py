@@ -1,0 +1,222 @@
+"""The audit schema (SQLAlchemy 2, `Mapped[...]`). Alembic revisions in `migrations/versions/` mirror it.
+
+`audit_records` is append-only and hash-chained (see `auditor.chain`). Everything derived later
+(evaluations, purges, reads) lives in its own tables so no record is ever updated, with one exception:
+a retention purge drops the sensitive text of an expired record and stamps `purged_at`; the chain
+still verifies because the record hash covers only digests of that text.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSON(none_as_null=True), list[Any]: JSON(none_as_null=True), datetime: DateTime(timezone=True)}
+
+
+class AuditRecord(Base):
+    __tablename__ = "audit_records"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)   # the audit id
+    seq: Mapped[int] = mapped_column(BigInteger, unique=True)                         # gap-free, from 1
+    kind: Mapped[str] = mapped_column(String(16))             # record | purge
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    content_digest: Mapped[str] = mapped_column(String(64))   # sha256 of the canonical content
+    record_hash: Mapped[str] = mapped_column(String(64))      # sha256(seq:prev_hash:content_digest)
+    created_at: Mapped[datetime]
+
+    tenant: Mapped[str] = mapped_column(String(128), index=True)
+    key_id: Mapped[str | None] = mapped_column(String(64))
+    request_id: Mapped[str | None] = mapped_column(String(128), index=True)
+    endpoint: Mapped[str | None] = mapped_column(String(32))
+    intent: Mapped[str | None] = mapped_column(String(64), index=True)
+    domain: Mapped[str | None] = mapped_column(String(64), index=True)
+    model_id: Mapped[str | None] = mapped_column(String(256), index=True)
+    checkpoint_hash: Mapped[str | None] = mapped_column(String(128))
+    sampling_params: Mapped[dict[str, Any] | None]
+    kg_version: Mapped[str | None] = mapped_column(String(64))
+    rule_pack_hash: Mapped[str | None] = mapped_column(String(64))
+    content_mode: Mapped[str] = mapped_column(String(16))     # raw | redacted | hash
+
+    # Sensitive content: nullable (hash-only mode, purge); each has a digest that the chain covers.
+    prompt: Mapped[str | None] = mapped_column(Text)
+    prompt_sha256: Mapped[str | None] = mapped_column(String(64))
+    output: Mapped[str | None] = mapped_column(Text)                  # what the model generated
+    output_sha256: Mapped[str | None] = mapped_column(String(64))
+    delivered_output: Mapped[str | None] = mapped_column(Text)        # what the client received
+    delivered_sha256: Mapped[str | None] = mapped_column(String(64))
+    claims: Mapped[list[Any] | None]                                  # inline validator claims + evidence
+    claims_sha256: Mapped[str | None] = mapped_column(String(64))
+
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+    completion_tokens: Mapped[int | None] = mapped_column(Integer)
+    timings: Mapped[dict[str, Any] | None]
+    logprob_summary: Mapped[dict[str, Any] | None]
+    kg_events: Mapped[list[Any] | None]
+    gate_decisions: Mapped[list[Any] | None]
+    gate_action: Mapped[str | None] = mapped_column(String(16), index=True)  # allow|annotate|redact|block|refuse
+    rule_ids: Mapped[str | None] = mapped_column(Text)        # " id1 id2 " for rule-id filters
+    n_supported: Mapped[int] = mapped_column(Integer, default=0)
+    n_contradicted: Mapped[int] = mapped_column(Integer, default=0)
+    n_unverifiable: Mapped[int] = mapped_column(Integer, default=0)
+    fer: Mapped[float | None] = mapped_column(Float)
+    finish_reason: Mapped[str | None] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16), index=True)   # completed | refused | blocked | error
+    error: Mapped[str | None] = mapped_column(Text)
+    details: Mapped[dict[str, Any] | None]                    # kind-specific payload (e.g. a purge's ids)
+
+    # Not covered by the hash: set only by a retention purge, which is itself a chained record.
+    purged_at: Mapped[datetime | None]
+
+    __table_args__ = (Index("ix_audit_records_created_at", "created_at"),)
+
+
+class ChainHead(Base):
+    """Single row (id=1): the last appended seq and hash. Row-locked by writers on PostgreSQL."""
+
+    __tablename__ = "chain_head"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    record_hash: Mapped[str] = mapped_column(String(64))
+
+
+class Checkpoint(Base):
+    __tablename__ = "checkpoints"
+
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    record_hash: Mapped[str] = mapped_column(String(64))
+    signature: Mapped[str] = mapped_column(String(64))   # HMAC-SHA256(key, "seq:record_hash")
+    created_at: Mapped[datetime]
+
+
+class Evaluation(Base):
+    """One (re-)scoring of a record under named versions; never updated in place by the service."""
+
+    __tablename__ = "evaluations"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    record_id: Mapped[str] = mapped_column(ForeignKey("audit_records.id"), index=True)
+    job_id: Mapped[str | None] = mapped_column(String(64))
+    evaluator_version: Mapped[str] = mapped_column(String(64))
+    kg_version: Mapped[str | None] = mapped_column(String(64))
+    rule_pack_hash: Mapped[str | None] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))   # pending | done | failed
+    failure_reason: Mapped[str | None] = mapped_column(Text)
+    claims: Mapped[list[Any] | None]
+    fer: Mapped[float | None] = mapped_column(Float)
+    citation_confidence: Mapped[float | None] = mapped_column(Float)
+    joint_score: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    __table_args__ = (
+        UniqueConstraint("record_id", "evaluator_version", "job_id"),
+        # NULL job ids are distinct in the constraint above; this partial index (revision 0002) makes
+        # live, job-less scoring idempotent too.
+        Index("uq_evaluations_live_record_version", "record_id", "evaluator_version", unique=True,
+              sqlite_where=text("job_id IS NULL"), postgresql_where=text("job_id IS NULL")),
+    )
+
+
+class OutboxMessage(Base):
+    """Transactional outbox: written in the same commit as its record, dispatched afterwards."""
+
+    __tablename__ = "outbox"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    record_id: Mapped[str] = mapped_column(ForeignKey("audit_records.id"), index=True)
+    topic: Mapped[str] = mapped_column(String(64))
+    payload: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    dispatched_at: Mapped[datetime | None] = mapped_column(index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(128), index=True)
+    role: Mapped[str] = mapped_column(String(16))        # client | auditor | admin
+    name: Mapped[str | None] = mapped_column(String(128))
+    prefix: Mapped[str] = mapped_column(String(16))      # shown in listings, never enough to authenticate
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)   # sha256 of the full key
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None]
+
+
+class AccessLogEntry(Base):
+    """Who read what of the trail, and when."""
+
+    __tablename__ = "access_log"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    key_id: Mapped[str | None] = mapped_column(String(64))
+    tenant: Mapped[str] = mapped_column(String(128))
+    role: Mapped[str] = mapped_column(String(16))
+    action: Mapped[str] = mapped_column(String(32))      # list | show | export | verify
+    target: Mapped[str | None] = mapped_column(String(64))
+    filters: Mapped[dict[str, Any] | None]
+    result_count: Mapped[int | None] = mapped_column(Integer)
+
+
+class LegalHold(Base):
+    """Exempts matching records from retention purges until released."""
+
+    __tablename__ = "legal_holds"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant: Mapped[str | None] = mapped_column(String(128))
+    domain: Mapped[str | None] = mapped_column(String(64))
+    record_id: Mapped[str | None] = mapped_column(String(36))
+    reason: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    released_at: Mapped[datetime | None]
+
+
+class Purge(Base):
+    __tablename__ = "purges"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    purge_record_id: Mapped[str] = mapped_column(ForeignKey("audit_records.id"))
+    records_purged: Mapped[int] = mapped_column(Integer)
+    records_held: Mapped[int] = mapped_column(Integer)
+    policy: Mapped[dict[str, Any]]

@@ -1,0 +1,412 @@
+"""Re-audit jobs: re-score a frozen set of stored records (a filter, or one JSONL import) in chunks.
+
+A job is created in one commit (job row, one item per record, one row per chunk) and only then are
+its chunks enqueued. A chunk task scores its pending items one by one; each evaluation and its item's
+status commit together, so a worker killed at any point loses at most the record it was scoring, and
+whoever runs the chunk next skips what is done. Originals are never modified: a job only adds
+evaluation rows (job_id = the job's id). When no item is pending the job is summarised (see
+`auditor.reaudit_summary`) and marked done by exactly one finisher (a conditional UPDATE).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import and_, func, insert, or_, select, update
+from sqlalchemy.orm import Session
+
+from auditor.audit_log import filtered_query
+from auditor.db import Database
+from auditor.jobs_models import ImportBatch, ImportedOutput, ReauditChunk, ReauditItem, ReauditJob
+from auditor.models import AuditRecord, Evaluation, utcnow
+from auditor.reaudit_summary import build_summary
+from auditor.schemas import AuditFilters
+from auditor.scoring import Evaluator, Scored, ScoreRequest, record_failure, score_record, write_session
+from auditor.task_queue import TaskQueue
+
+logger = logging.getLogger("auditor.reaudit")
+
+DEFAULT_CHUNK_SIZE = 100
+RATE_WINDOW_S = 30.0
+_CANCEL_CHECK_INTERVAL_S = 0.5
+
+
+class ReauditError(ValueError):
+    """A re-audit request or state change that cannot be carried out."""
+
+
+class ReauditNotFound(ReauditError):
+    pass
+
+
+class ReauditConflict(ReauditError):
+    """The job is in a state that forbids the change (e.g. cancelling a finished job)."""
+
+
+class ReauditFilter(BaseModel):
+    """Which stored records to re-score. Unknown fields are rejected (the API answers 422)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    since: datetime | None = None
+    until: datetime | None = None
+    tenant: str | None = Field(default=None, max_length=128, description="Admins only")
+    domain: str | None = Field(default=None, max_length=64)
+    intent: str | None = Field(default=None, max_length=64)
+    model: str | None = Field(default=None, max_length=256)
+    gate_action: Literal["allow", "annotate", "redact", "block", "refuse"] | None = None
+    status: Literal["completed", "refused", "blocked", "error"] | None = None
+    has_contradicted: bool | None = None
+    fer_min: float | None = Field(default=None, ge=0, le=1)
+    fer_max: float | None = Field(default=None, ge=0, le=1)
+    rule_id: str | None = Field(default=None, min_length=1, max_length=128)
+    q: str | None = Field(default=None, min_length=1, max_length=256)
+
+    def to_audit_filters(self) -> AuditFilters:
+        return AuditFilters(kind="record", **self.model_dump(exclude_none=True))
+
+
+# -- creating and steering jobs --------------------------------------------------------------------
+
+
+def create_job(
+    database: Database, *, tenant: str, tenant_scope: str | None, evaluator_version: str,
+    filters: ReauditFilter | None = None, import_id: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> str:
+    """Freeze the matching records into a new running job (one commit); returns its id. Enqueue with `start_job`."""
+    if (filters is None) == (import_id is None):
+        raise ReauditError("give exactly one of a record filter or an import id")
+    if not 1 <= chunk_size <= 10_000:
+        raise ReauditError("chunk_size must be between 1 and 10000")
+    with write_session(database) as session:
+        record_ids = _select_records(session, tenant_scope=tenant_scope, filters=filters, import_id=import_id)
+        job = ReauditJob(
+            tenant=tenant, tenant_scope=tenant_scope, source="records" if filters is not None else "import",
+            filters=filters.model_dump(mode="json", exclude_none=True) if filters is not None else None,
+            import_id=import_id, evaluator_version=evaluator_version, chunk_size=chunk_size,
+            status="running", total=len(record_ids), created_at=utcnow(), started_at=utcnow(),
+        )
+        session.add(job)
+        session.flush()
+        if record_ids:
+            session.execute(insert(ReauditItem), [
+                {"job_id": job.id, "record_id": record_id, "chunk": index // chunk_size, "status": "pending"}
+                for index, record_id in enumerate(record_ids)
+            ])
+            chunks = (len(record_ids) + chunk_size - 1) // chunk_size
+            session.execute(insert(ReauditChunk), [
+                {"job_id": job.id, "chunk": chunk, "enqueued_at": job.created_at, "deliveries": 1}
+                for chunk in range(chunks)
+            ])
+        else:   # nothing matched: an empty, finished job is still an answer worth keeping
+            job.status, job.finished_at = "done", utcnow()
+            job.summary = build_summary(session, job)
+        return job.id
+
+
+def _select_records(session: Session, *, tenant_scope: str | None, filters: ReauditFilter | None,
+                    import_id: str | None) -> list[str]:
+    if filters is not None:
+        query = filtered_query(filters.to_audit_filters(), tenant_scope=tenant_scope)
+        query = query.with_only_columns(AuditRecord.id).order_by(None).order_by(AuditRecord.seq)
+        return list(session.execute(query).scalars())
+    batch = session.get(ImportBatch, import_id)
+    if batch is None or (tenant_scope is not None and batch.tenant != tenant_scope):
+        raise ReauditNotFound(f"no import {import_id!r}")
+    query = (select(ImportedOutput.record_id).where(ImportedOutput.import_id == import_id)
+             .order_by(ImportedOutput.line))
+    return list(session.execute(query).scalars())
+
+
+def start_job(database: Database, queue: TaskQueue, job_id: str) -> int:
+    """Enqueue every chunk of the job that still has pending items; returns how many were enqueued.
+
+    A broker that is down is not an error here: the job is committed and `requeue_stalled` sends its
+    chunks once the broker is back."""
+    with database.session() as session:
+        chunks = _chunks_with_pending(session, job_id)
+    sent = 0
+    for chunk in chunks:
+        try:
+            queue.enqueue_chunk(job_id, chunk)
+        except Exception as exc:   # broker unreachable: the sweeper retries later
+            logger.warning("re-audit %s: could not enqueue chunk %d (%s); will retry", job_id, chunk, exc)
+            break
+        sent += 1
+    return sent
+
+
+def _chunks_with_pending(session: Session, job_id: str) -> list[int]:
+    query = (select(ReauditItem.chunk).where(ReauditItem.job_id == job_id, ReauditItem.status == "pending")
+             .group_by(ReauditItem.chunk).order_by(ReauditItem.chunk))
+    return list(session.execute(query).scalars())
+
+
+def get_job(session: Session, job_id: str, *, tenant_scope: str | None) -> ReauditJob:
+    job = session.get(ReauditJob, job_id)
+    if job is None or (tenant_scope is not None and job.tenant != tenant_scope):
+        raise ReauditNotFound(f"no re-audit job {job_id!r}")
+    return job
+
+
+def cancel_job(database: Database, job_id: str, *, tenant_scope: str | None) -> None:
+    """Stop handing out work; records already scored keep their evaluations. Idempotent."""
+    with write_session(database) as session:
+        job = get_job(session, job_id, tenant_scope=tenant_scope)
+        if job.status == "done":
+            raise ReauditConflict(f"re-audit job {job_id} has already finished")
+        if job.status == "running":
+            job.status, job.cancelled_at = "cancelled", utcnow()
+
+
+def resume_job(database: Database, queue: TaskQueue, job_id: str, *, tenant_scope: str | None) -> int:
+    """Continue a cancelled (or stalled) job from its pending items; returns the chunks enqueued."""
+    with write_session(database) as session:
+        job = get_job(session, job_id, tenant_scope=tenant_scope)
+        if job.status == "done":
+            raise ReauditConflict(f"re-audit job {job_id} has already finished")
+        job.status, job.cancelled_at, job.started_at = "running", None, utcnow()
+        session.execute(update(ReauditChunk)
+                        .where(ReauditChunk.job_id == job_id, ReauditChunk.finished_at.is_(None))
+                        .values(enqueued_at=utcnow(), heartbeat_at=None, deliveries=ReauditChunk.deliveries + 1))
+    sent = start_job(database, queue, job_id)
+    finalize_if_complete(database, job_id)
+    return sent
+
+
+# -- running a chunk ---------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ChunkProgress:
+    """Filled in while a chunk runs, so a wrapper interrupted mid-record knows which record it was."""
+
+    current_record_id: str | None = None
+    done: int = 0
+    failed: int = 0
+    already: int = 0
+    cancelled: bool = False
+
+
+@dataclass(slots=True)
+class RecordRetry:
+    """How often a record that raises (database hiccup, evaluator bug) is retried inside the chunk."""
+
+    delays_s: Sequence[float] = (0.1, 0.5, 2.0)
+    fatal: tuple[type[BaseException], ...] = field(default_factory=tuple)   # re-raised at once (soft time limit)
+
+
+def run_chunk(database: Database, evaluator: Evaluator, *, job_id: str, chunk: int,
+              retry: RecordRetry | None = None, progress: ChunkProgress | None = None) -> ChunkProgress:
+    """Score the chunk's pending items, committing each with its evaluation; then finish the job if it is complete."""
+    retry = retry or RecordRetry()
+    progress = progress or ChunkProgress()
+    with write_session(database) as session:
+        job = session.get(ReauditJob, job_id)
+        if job is None or job.status != "running":
+            progress.cancelled = job is not None and job.status == "cancelled"
+            return progress
+        job_created = job.created_at
+        session.execute(update(ReauditChunk).where(ReauditChunk.job_id == job_id, ReauditChunk.chunk == chunk)
+                        .values(heartbeat_at=utcnow()))
+    with database.session() as session:
+        items = session.execute(
+            select(ReauditItem.id, ReauditItem.record_id)
+            .where(ReauditItem.job_id == job_id, ReauditItem.chunk == chunk, ReauditItem.status == "pending")
+            .order_by(ReauditItem.id)
+        ).all()
+        before = _previous_evaluations(session, [record_id for _, record_id in items], job_id, job_created)
+    last_check = time.monotonic()
+    for item_id, record_id in items:
+        if time.monotonic() - last_check > _CANCEL_CHECK_INTERVAL_S:
+            last_check = time.monotonic()
+            if _job_status(database, job_id) != "running":
+                progress.cancelled = True
+                return progress
+        progress.current_record_id = record_id
+        request = ScoreRequest(record_id, job_id, [_item_hook(item_id, before.get(record_id), job_id, chunk)])
+        outcome = _score_with_retries(database, evaluator, request, retry)
+        if not outcome.created:
+            progress.already += 1
+        elif outcome.status == "done":
+            progress.done += 1
+        else:
+            progress.failed += 1
+    progress.current_record_id = None
+    with write_session(database) as session:
+        session.execute(update(ReauditChunk).where(ReauditChunk.job_id == job_id, ReauditChunk.chunk == chunk)
+                        .values(finished_at=utcnow()))
+    finalize_if_complete(database, job_id)
+    return progress
+
+
+def _score_with_retries(database: Database, evaluator: Evaluator, request: ScoreRequest, retry: RecordRetry) -> Any:
+    for attempt in range(len(retry.delays_s) + 1):
+        try:
+            return score_record(database, evaluator, request)
+        except retry.fatal:
+            raise
+        except Exception as exc:
+            if attempt == len(retry.delays_s):
+                reason = f"gave up after {attempt + 1} attempts: {type(exc).__name__}: {exc}"
+                return record_failure(database, request, evaluator_version=evaluator.version, reason=reason)
+            logger.warning("re-audit record %s attempt %d failed: %s", request.record_id, attempt + 1, exc)
+            time.sleep(retry.delays_s[attempt])
+    raise AssertionError("unreachable")
+
+
+def fail_record(database: Database, evaluator_version: str, *, job_id: str, record_id: str, reason: str) -> None:
+    """End one item as failed (e.g. it ran past the task's soft time limit) so the chunk can move on."""
+    with database.session() as session:
+        row = session.execute(select(ReauditItem.id, ReauditItem.chunk).where(
+            ReauditItem.job_id == job_id, ReauditItem.record_id == record_id)).one_or_none()
+    if row is None:
+        return
+    request = ScoreRequest(record_id, job_id, [_item_hook(row.id, None, job_id, row.chunk)])
+    record_failure(database, request, evaluator_version=evaluator_version, reason=reason)
+
+
+def fail_pending_in_chunk(database: Database, evaluator_version: str, *, job_id: str, chunk: int, reason: str) -> int:
+    """Give up on a chunk that keeps failing: its pending items end as failed with the reason."""
+    with database.session() as session:
+        record_ids = list(session.execute(select(ReauditItem.record_id).where(
+            ReauditItem.job_id == job_id, ReauditItem.chunk == chunk, ReauditItem.status == "pending")).scalars())
+    for record_id in record_ids:
+        fail_record(database, evaluator_version, job_id=job_id, record_id=record_id, reason=reason)
+    finalize_if_complete(database, job_id)
+    return len(record_ids)
+
+
+def _item_hook(item_id: int, before_evaluation_id: str | None, job_id: str, chunk: int):  # -> CommitHook
+    def mark_item(session: Session, evaluation: Evaluation, scored: Scored | None) -> None:
+        now = utcnow()
+        values: dict[str, Any] = {
+            "status": evaluation.status, "evaluation_id": evaluation.id, "failure_reason": evaluation.failure_reason,
+            "before_evaluation_id": before_evaluation_id, "finished_at": now,
+        }
+        if scored is not None:
+            values["gate_action_after"] = scored.gate_action
+        # Guarded on "pending": a second delivery must not overwrite the first one's bookkeeping.
+        session.execute(update(ReauditItem).where(ReauditItem.id == item_id, ReauditItem.status == "pending")
+                        .values(**values))
+        session.execute(update(ReauditChunk).where(ReauditChunk.job_id == job_id, ReauditChunk.chunk == chunk)
+                        .values(heartbeat_at=now))
+
+    return mark_item
+
+
+def _previous_evaluations(session: Session, record_ids: list[str], job_id: str, before: datetime) -> dict[str, str]:
+    """The latest successful evaluation of each record made before the job (its "before" state)."""
+    if not record_ids:
+        return {}
+    rows = session.execute(
+        select(Evaluation.record_id, Evaluation.id, Evaluation.created_at)
+        .where(Evaluation.record_id.in_(record_ids), Evaluation.status == "done", Evaluation.created_at <= before,
+               or_(Evaluation.job_id.is_(None), Evaluation.job_id != job_id))
+        .order_by(Evaluation.created_at)
+    ).all()
+    return {record_id: evaluation_id for record_id, evaluation_id, _ in rows}   # later rows win
+
+
+def _job_status(database: Database, job_id: str) -> str | None:
+    with database.session() as session:
+        return session.execute(select(ReauditJob.status).where(ReauditJob.id == job_id)).scalar()
+
+
+# -- finishing, progress, recovery -------------------------------------------------------------------
+
+
+def finalize_if_complete(database: Database, job_id: str) -> bool:
+    """Summarise and mark done a running job with nothing pending. Only one concurrent caller wins."""
+    with database.session() as session:
+        job = session.get(ReauditJob, job_id)
+        if job is None or job.status != "running" or _count(session, job_id, "pending") > 0:
+            return False
+        summary = build_summary(session, job)
+    with write_session(database) as session:
+        won = session.execute(
+            update(ReauditJob).where(ReauditJob.id == job_id, ReauditJob.status == "running")
+            .values(status="done", summary=summary, finished_at=utcnow())
+        ).rowcount
+    return bool(won)
+
+
+def _count(session: Session, job_id: str, status: str) -> int:
+    return session.execute(select(func.count()).select_from(ReauditItem)
+                           .where(ReauditItem.job_id == job_id, ReauditItem.status == status)).scalar_one()
+
+
+def progress_of(session: Session, job: ReauditJob, *, now: datetime | None = None) -> dict[str, Any]:
+    """total / done / failed / pending, the recent rate (records per second) and the ETA in seconds."""
+    now = now or utcnow()
+    counts = dict(session.execute(select(ReauditItem.status, func.count()).where(ReauditItem.job_id == job.id)
+                                  .group_by(ReauditItem.status)).all())
+    pending = counts.get("pending", 0)
+    started = _aware(job.started_at)
+    window_start = max(started, now - timedelta(seconds=RATE_WINDOW_S))
+    recent = session.execute(select(func.count()).select_from(ReauditItem).where(
+        ReauditItem.job_id == job.id, ReauditItem.status != "pending", ReauditItem.finished_at >= window_start,
+    )).scalar_one()
+    elapsed = (now - window_start).total_seconds()
+    rate = recent / elapsed if elapsed > 0 and job.status == "running" else 0.0
+    return {
+        "total": job.total, "done": counts.get("done", 0), "failed": counts.get("failed", 0), "pending": pending,
+        "rate_per_s": round(rate, 2), "eta_s": round(pending / rate, 1) if rate > 0 else None,
+    }
+
+
+def requeue_stalled(database: Database, queue: TaskQueue, *, stall_after_s: float = 300.0,
+                    queued_after_s: float = 3600.0, max_deliveries: int = 10) -> int:
+    """Re-enqueue chunks whose worker died (no heartbeat for `stall_after_s`) or whose message was lost
+    (never started within `queued_after_s`); finish jobs whose last finisher died. Returns chunks sent."""
+    now = utcnow()
+    stalled = and_(ReauditChunk.heartbeat_at.is_not(None),
+                   ReauditChunk.heartbeat_at <= now - timedelta(seconds=stall_after_s))
+    lost = and_(ReauditChunk.heartbeat_at.is_(None), ReauditChunk.enqueued_at <= now - timedelta(seconds=queued_after_s))
+    sent = 0
+    with write_session(database) as session:
+        rows = session.execute(
+            select(ReauditChunk.job_id, ReauditChunk.chunk, ReauditChunk.deliveries)
+            .join(ReauditJob, ReauditJob.id == ReauditChunk.job_id)
+            .where(ReauditJob.status == "running", ReauditChunk.finished_at.is_(None), or_(stalled, lost))
+            .limit(500).with_for_update(of=ReauditChunk, skip_locked=True)
+        ).all()
+        for job_id, chunk, deliveries in rows:
+            if deliveries >= max_deliveries:
+                continue   # handled below, outside this transaction
+            try:
+                queue.enqueue_chunk(job_id, chunk)
+            except Exception as exc:
+                logger.warning("re-audit %s: could not re-enqueue chunk %d (%s)", job_id, chunk, exc)
+                break
+            session.execute(update(ReauditChunk).where(ReauditChunk.job_id == job_id, ReauditChunk.chunk == chunk)
+                            .values(enqueued_at=now, heartbeat_at=None, deliveries=deliveries + 1))
+            sent += 1
+    for job_id, chunk, deliveries in rows:
+        if deliveries >= max_deliveries:
+            evaluator_version = _evaluator_version(database, job_id)
+            fail_pending_in_chunk(database, evaluator_version, job_id=job_id, chunk=chunk,
+                                  reason=f"chunk {chunk} was delivered {deliveries} times without finishing")
+    with database.session() as session:
+        running = list(session.execute(select(ReauditJob.id).where(ReauditJob.status == "running")).scalars())
+    for job_id in running:
+        finalize_if_complete(database, job_id)
+    return sent
+
+
+def _evaluator_version(database: Database, job_id: str) -> str:
+    with database.session() as session:
+        return session.execute(select(ReauditJob.evaluator_version).where(ReauditJob.id == job_id)).scalar_one()
+
+
+def _aware(moment: datetime) -> datetime:
+    """SQLite returns naive datetimes for timezone-aware columns; they were stored as UTC."""
+    from datetime import UTC
+
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

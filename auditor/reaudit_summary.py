@@ -1,0 +1,140 @@
+"""The summary a finished re-audit job ends with: what changed between "before" and "after".
+
+- before: the record's latest evaluation made before the job (else the inline claims and FER the
+  record was written with); after: the job's evaluation.
+- FER distribution before and after (count, mean, median, 10-bin histogram over [0, 1]); outputs
+  with no verified claim have no FER and are counted apart, never as 0.
+- claims whose verdict changed, with both evidences (claims matched by normalised text, and by kind
+  when both sides name one);
+- records whose gate action would now differ: the output-gate action the record actually got versus
+  the action the new verdicts imply under the current rule pack.
+Lists are capped at `MAX_LISTED` entries; totals are exact.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from auditor.jobs_models import ReauditItem, ReauditJob
+from auditor.models import AuditRecord, Evaluation
+from auditor.scoring import GATE_ACTIONS
+
+MAX_LISTED = 200
+FER_BINS = 10
+_PAGE = 500
+_RANK = {action: rank for rank, action in enumerate(GATE_ACTIONS)}
+
+
+def build_summary(session: Session, job: ReauditJob) -> dict[str, Any]:
+    fer_before: list[float | None] = []
+    fer_after: list[float | None] = []
+    verdict_changes: list[dict[str, Any]] = []
+    gate_changes: list[dict[str, Any]] = []
+    totals: Counter[str] = Counter()
+    transitions: Counter[str] = Counter()
+    versions: set[str] = set()
+    last_id = 0
+    while True:
+        items = session.execute(
+            select(ReauditItem.id, ReauditItem.record_id, ReauditItem.status, ReauditItem.evaluation_id,
+                   ReauditItem.before_evaluation_id, ReauditItem.gate_action_after)
+            .where(ReauditItem.job_id == job.id, ReauditItem.id > last_id).order_by(ReauditItem.id).limit(_PAGE)
+        ).all()
+        if not items:
+            break
+        last_id = items[-1].id
+        evaluation_ids = {i.evaluation_id for i in items} | {i.before_evaluation_id for i in items}
+        evaluations = {row.id: row for row in session.execute(
+            select(Evaluation.id, Evaluation.claims, Evaluation.fer, Evaluation.evaluator_version)
+            .where(Evaluation.id.in_([e for e in evaluation_ids if e])))}
+        records = {row.id: row for row in session.execute(
+            select(AuditRecord.id, AuditRecord.claims, AuditRecord.fer, AuditRecord.gate_decisions)
+            .where(AuditRecord.id.in_([i.record_id for i in items])))}
+        for item in items:
+            totals[item.status] += 1
+            if item.status != "done":
+                continue
+            after = evaluations[item.evaluation_id]
+            before = evaluations.get(item.before_evaluation_id) if item.before_evaluation_id else None
+            record = records[item.record_id]
+            versions.add(after.evaluator_version)
+            fer_before.append(before.fer if before else record.fer)
+            fer_after.append(after.fer)
+            for change in claim_verdict_changes(before.claims if before else record.claims, after.claims):
+                totals["verdict_changes"] += 1
+                if len(verdict_changes) < MAX_LISTED:
+                    verdict_changes.append({"record_id": item.record_id, **change})
+            recorded = recorded_output_action(record.gate_decisions)
+            if item.gate_action_after is not None and item.gate_action_after != recorded:
+                totals["gate_changes"] += 1
+                transitions[f"{recorded}->{item.gate_action_after}"] += 1
+                if len(gate_changes) < MAX_LISTED:
+                    gate_changes.append({"record_id": item.record_id, "before": recorded,
+                                         "after": item.gate_action_after})
+    return {
+        "records": {"total": job.total, "done": totals["done"], "failed": totals["failed"],
+                    "pending": totals["pending"]},
+        "evaluator_versions": sorted(versions),
+        "fer_before": fer_distribution(fer_before),
+        "fer_after": fer_distribution(fer_after),
+        "verdict_changes": {"total": totals["verdict_changes"], "listed": verdict_changes},
+        "gate_action_changes": {"total": totals["gate_changes"], "by_transition": dict(transitions),
+                                "listed": gate_changes},
+    }
+
+
+def fer_distribution(values: list[float | None]) -> dict[str, Any]:
+    scored = [v for v in values if v is not None]
+    histogram = [0] * FER_BINS
+    for value in scored:
+        histogram[min(int(value * FER_BINS), FER_BINS - 1)] += 1   # FER 1.0 belongs to the last bin
+    return {
+        "scored": len(scored), "no_verified_claims": len(values) - len(scored),
+        "mean": round(statistics.fmean(scored), 4) if scored else None,
+        "median": round(statistics.median(scored), 4) if scored else None,
+        "histogram": [{"from": b / FER_BINS, "to": (b + 1) / FER_BINS, "count": histogram[b]} for b in range(FER_BINS)],
+    }
+
+
+def claim_verdict_changes(before: list[Any] | None, after: list[Any] | None) -> list[dict[str, Any]]:
+    """Claims present on both sides whose verdict differs, with both verdicts and evidences."""
+    unmatched: dict[str, list[dict[str, Any]]] = {}
+    for claim in after or []:
+        if isinstance(claim, dict) and claim.get("text"):
+            unmatched.setdefault(_normalise(claim["text"]), []).append(claim)
+    changes = []
+    for old in before or []:
+        if not isinstance(old, dict) or not old.get("text") or not old.get("verdict"):
+            continue
+        candidates = unmatched.get(_normalise(old["text"]), [])
+        match = next((c for c in candidates if _same_kind(old, c)), None)
+        if match is None:
+            continue
+        candidates.remove(match)
+        if match.get("verdict") != old["verdict"]:
+            changes.append({
+                "claim": match["text"], "kind": match.get("kind"), "span": match.get("span"),
+                "before": {"verdict": old["verdict"], "evidence": old.get("evidence")},
+                "after": {"verdict": match.get("verdict"), "evidence": match.get("evidence")},
+            })
+    return changes
+
+
+def recorded_output_action(gate_decisions: list[Any] | None) -> str:
+    """The strongest output-stage action the record was delivered under ("allow" when none)."""
+    actions = [d.get("action") for d in gate_decisions or []
+               if isinstance(d, dict) and d.get("stage") == "output" and d.get("action") in _RANK]
+    return max(actions, key=_RANK.__getitem__, default="allow")
+
+
+def _normalise(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def _same_kind(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    return old.get("kind") is None or new.get("kind") is None or old.get("kind") == new.get("kind")

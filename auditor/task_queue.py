@@ -1,0 +1,17 @@
+"""Where background work goes: Celery (when `AUDITOR_REDIS_URL` is set) or the in-process pool.
+
+Both implementations take ids only; the work itself is done by the same service functions
+(`auditor.scoring.score_record`, `auditor.reaudit.run_chunk`) below the wrapper.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class TaskQueue(Protocol):
+    def enqueue_score(self, outbox_id: int, record_id: str) -> None:
+        """Score one record for its outbox row; raises if the queue cannot take it."""
+
+    def enqueue_chunk(self, job_id: str, chunk: int) -> None:
+        """Run one chunk of a re-audit job; raises if the queue cannot take it."""

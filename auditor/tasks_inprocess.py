@@ -1,0 +1,129 @@
+"""The embedded default: no broker configured, so background work runs on a thread pool in this process.
+
+Same service functions as the Celery tasks (`scoring.score_record`, `reaudit.run_chunk`), same
+retry-then-fail policy. What a restart loses (queued work in memory) comes back the same way it does
+after a Redis restart: the outbox re-publishes unacknowledged rows and the sweeper re-enqueues chunks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from auditor import reaudit, scoring
+from auditor.db import Database
+from auditor.outbox import acknowledge_hook, dispatch_once
+
+logger = logging.getLogger("auditor.tasks")
+
+
+class InProcessTaskQueue:
+    """A `TaskQueue` backed by a thread pool. The evaluator loads once, on first use."""
+
+    def __init__(self, database: Database, evaluator_factory: Callable[[], scoring.Evaluator], *,
+                 workers: int = 2, retry_delays_s: tuple[float, ...] = (0.5, 2.0, 8.0)) -> None:
+        self.database = database
+        self._evaluator_factory = evaluator_factory
+        self._evaluator: scoring.Evaluator | None = None
+        self._evaluator_lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="auditor-task")
+        self._retry_delays_s = retry_delays_s
+        self._futures: set[Future[None]] = set()
+        self._futures_lock = threading.Lock()
+
+    @property
+    def evaluator(self) -> scoring.Evaluator:
+        with self._evaluator_lock:
+            if self._evaluator is None:
+                self._evaluator = self._evaluator_factory()
+            return self._evaluator
+
+    def enqueue_score(self, outbox_id: int, record_id: str) -> None:
+        self._submit(self._score, outbox_id, record_id)
+
+    def enqueue_chunk(self, job_id: str, chunk: int) -> None:
+        self._submit(self._chunk, job_id, chunk)
+
+    def wait_idle(self, timeout_s: float = 60.0) -> None:
+        """Block until every submitted task has finished (tests, CLI)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._futures_lock:
+                pending = [f for f in self._futures if not f.done()]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(pending)} background task(s) still running after {timeout_s}s")
+            time.sleep(0.02)
+
+    def shutdown(self, *, wait: bool = True) -> None:
+        self._executor.shutdown(wait=wait, cancel_futures=not wait)
+
+    def _submit(self, fn: Callable[..., None], *args: object) -> None:
+        future = self._executor.submit(fn, *args)
+        with self._futures_lock:
+            self._futures = {f for f in self._futures if not f.done()} | {future}
+
+    def _score(self, outbox_id: int, record_id: str) -> None:
+        request = scoring.ScoreRequest(record_id, None, [acknowledge_hook(outbox_id)])
+        for attempt in range(len(self._retry_delays_s) + 1):
+            try:
+                scoring.score_record(self.database, self.evaluator, request)
+                return
+            except Exception as exc:
+                if attempt == len(self._retry_delays_s):
+                    scoring.record_failure(self.database, request, evaluator_version=self.evaluator.version,
+                                           reason=f"gave up after {attempt + 1} attempts: {type(exc).__name__}: {exc}")
+                    return
+                logger.warning("scoring %s failed (attempt %d): %s", record_id, attempt + 1, exc)
+                time.sleep(self._retry_delays_s[attempt])
+
+    def _chunk(self, job_id: str, chunk: int) -> None:
+        try:
+            reaudit.run_chunk(self.database, self.evaluator, job_id=job_id, chunk=chunk,
+                              retry=reaudit.RecordRetry(delays_s=self._retry_delays_s))
+        except Exception:   # the sweeper re-enqueues a chunk whose heartbeat stops
+            logger.exception("re-audit %s chunk %d failed", job_id, chunk)
+
+
+class EmbeddedWorker:
+    """The in-process pool plus a thread that dispatches the outbox and sweeps stalled re-audit chunks.
+
+    The app's lifespan starts one when `settings.redis_url` is None and stops it on shutdown."""
+
+    def __init__(self, database: Database, evaluator_factory: Callable[[], scoring.Evaluator], *,
+                 workers: int = 2, interval_s: float = 0.5, redeliver_after_s: float = 300.0,
+                 chunk_stall_after_s: float = 300.0) -> None:
+        self.queue = InProcessTaskQueue(database, evaluator_factory, workers=workers)
+        self.database = database
+        self.interval_s = interval_s
+        self.redeliver_after_s = redeliver_after_s
+        self.chunk_stall_after_s = chunk_stall_after_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="auditor-embedded-dispatcher", daemon=True)
+
+    def start(self) -> EmbeddedWorker:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.queue.shutdown(wait=True)
+
+    def run_once(self) -> None:
+        dispatch_once(self.database, self.queue.enqueue_score, redeliver_after_s=self.redeliver_after_s)
+        # Queued-but-never-started chunks live in this process's memory: only a restart loses them,
+        # and then their heartbeat is as stale as their enqueue time, so one threshold serves both.
+        reaudit.requeue_stalled(self.database, self.queue, stall_after_s=self.chunk_stall_after_s,
+                                queued_after_s=self.chunk_stall_after_s * 4)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.run_once()
+            except Exception:
+                logger.exception("embedded outbox dispatch failed")

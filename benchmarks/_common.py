@@ -1,0 +1,77 @@
+"""Shared benchmark helpers: the tiny benchmark checkpoint, seeded workloads, timing, JSON output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.testing import write_tiny_checkpoint
+
+# ~7M parameters: 6 layers, hidden 256, GQA 8/4 heads, 8192-token (padded) vocab, tied embeddings
+BENCH_MODEL = dict(
+    hidden_size=256, intermediate_size=768, num_layers=6, num_heads=8, num_kv_heads=4,
+    model_vocab_size=8192, tie_word_embeddings=True, max_position_embeddings=1024, init_std=0.05,
+)
+
+
+def bench_checkpoint() -> Path:
+    """Write (once per process) the benchmark checkpoint to a temp folder."""
+    root = Path(tempfile.gettempdir()) / f"engine-bench-ckpt-{os.getpid()}"
+    if not (root / "config.json").is_file():
+        write_tiny_checkpoint(root, **BENCH_MODEL)  # type: ignore[arg-type]
+    return root
+
+
+def count_params(path: Path) -> int:
+    from safetensors.torch import load_file  # noqa: PLC0415
+
+    return sum(t.numel() for t in load_file(str(path / "model.safetensors")).values())
+
+
+def random_prompt(rng: torch.Generator, length: int, low: int = 3, high: int = 8000) -> list[int]:
+    """Token ids drawn away from the special tokens (0-2)."""
+    return torch.randint(low, high, (length,), generator=rng).tolist()
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def parse_args(description: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats (default per benchmark)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return args
+
+
+def emit(result: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(result) + "\n")
+    else:
+        for key, value in result.items():
+            print(f"{key:32s} {value}")
+
+
+def log(message: str) -> None:
+    """Progress goes to stderr so stdout stays one JSON object."""
+    print(message, file=sys.stderr, flush=True)

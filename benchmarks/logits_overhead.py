@@ -1,0 +1,104 @@
+"""Cost of logits processors on decode throughput: batch 32, every request bitmask-masked, and idle.
+
+Three engines on one checkpoint: no processors; a bitmask processor registered but constraining
+nothing (idle); the same processor constraining every request. Interleaved repeats, medians.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from benchmarks._common import bench_checkpoint, emit, log, median, parse_args, random_prompt, timed
+from engine.config import EngineConfig
+from engine.kernels.bitmask import apply_token_bitmask_torch, bitmask_from_token_ids, bitmask_words
+from engine.llm_engine import LLMEngine
+from engine.logits_process import LogitsProcessor
+from engine.sampling_params import SamplingParams
+
+BATCH = 32
+PROMPT_TOKENS = 64
+OUTPUT_TOKENS = 128
+
+
+class AllowListProcessor(LogitsProcessor):
+    """extra_args["allow"] = a name of a cached allow-list mask; per step: one gather + one apply."""
+
+    name = "allow"
+
+    def __init__(self, vocab_size: int, masks: dict[str, list[int]]) -> None:
+        self.vocab_size = vocab_size
+        # masks are packed once at start-up; a request only points at one
+        self.masks = {name: bitmask_from_token_ids(ids, vocab_size) for name, ids in masks.items()}
+        self.rows: dict[str, torch.Tensor] = {}
+        self.full = torch.full((bitmask_words(vocab_size),), -1, dtype=torch.int32)
+
+    def validate_params(self, params: SamplingParams) -> None:
+        name = params.extra_args.get(self.name)
+        if name is not None and name not in self.masks:
+            raise ValueError(f"unknown allow-list {name!r}")
+
+    def add_request(self, request_id, params, prompt_token_ids, output_token_ids) -> bool:
+        name = params.extra_args.get(self.name)
+        if name is None:
+            return False
+        self.rows[request_id] = self.masks[name]
+        return True
+
+    def remove_request(self, request_id: str) -> None:
+        self.rows.pop(request_id, None)
+
+    def apply(self, logits: torch.Tensor, request_ids: Sequence[str | None]) -> None:
+        masks = torch.stack([self.rows.get(r, self.full) if r is not None else self.full for r in request_ids])
+        apply_token_bitmask_torch(logits, masks)  # [rows, words] over [rows, vocab]
+
+    def accept_token(self, request_id: str, token_id: int) -> None:
+        pass
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0])
+    path = bench_checkpoint()
+    config = EngineConfig(max_num_seqs=BATCH)
+    plain = LLMEngine.from_pretrained(path, config)
+    vocab = plain.model.config.vocab_size
+    allow = {"even": list(range(0, vocab, 2))}
+    idle = LLMEngine.from_pretrained(path, config, [AllowListProcessor(vocab, allow)])
+    masked = LLMEngine.from_pretrained(path, config, [AllowListProcessor(vocab, allow)])
+    rng = torch.Generator().manual_seed(0)
+    prompts = [random_prompt(rng, PROMPT_TOKENS) for _ in range(BATCH)]
+    free = SamplingParams(temperature=0, max_tokens=OUTPUT_TOKENS, ignore_eos=True)
+    constrained = SamplingParams(temperature=0, max_tokens=OUTPUT_TOKENS, ignore_eos=True, extra_args={"allow": "even"})
+    runs = {
+        "plain": lambda: plain.generate(prompts, free),
+        "idle": lambda: idle.generate(prompts, free),
+        "masked": lambda: masked.generate(prompts, constrained),
+    }
+    outputs = {name: run() for name, run in runs.items()}  # warm-up, and a correctness check
+    assert all(t % 2 == 0 for o in outputs["masked"] for t in o.token_ids), "mask not applied"
+    repeats = args.repeats or 7
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
+    for repeat in range(repeats):
+        for name in names[repeat % 3 :] + names[: repeat % 3]:  # rotate the order each repeat
+            seconds[name].append(timed(runs[name])[0])
+        log(f"[{repeat}] " + ", ".join(f"{n} {seconds[n][-1]:.2f}s" for n in names))
+    tokens = BATCH * OUTPUT_TOKENS
+    base = median(seconds["plain"])
+    emit({
+        "overhead_frac": round(median(seconds["masked"]) / base - 1, 4),
+        "idle_overhead_frac": round(median(seconds["idle"]) / base - 1, 4),
+        "plain_tok_s": round(tokens / base, 1),
+        "masked_tok_s": round(tokens / median(seconds["masked"]), 1),
+        "idle_tok_s": round(tokens / median(seconds["idle"]), 1),
+        "batch": BATCH,
+        "output_tokens_per_request": OUTPUT_TOKENS,
+        "vocab_size": vocab,
+        "repeats": repeats,
+        "torch_threads": torch.get_num_threads(),
+    }, args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""Model configuration (parsed from a Hugging Face config.json) and engine configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from engine.sampling_params import InvalidRequestError
+
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
+
+_DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+}
+
+
+class ModelLoadError(InvalidRequestError):
+    """A checkpoint the engine cannot load: unknown architecture, missing or corrupt files."""
+
+
+def parse_dtype(name: str | torch.dtype) -> torch.dtype:
+    if isinstance(name, torch.dtype):
+        return name
+    try:
+        return _DTYPES[name]
+    except KeyError:
+        raise ModelLoadError(f"unsupported dtype {name!r}; use one of {sorted(_DTYPES)}") from None
+
+
+@dataclass(slots=True)
+class ModelConfig:
+    """The fields of a Llama-family config.json the model needs."""
+
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: dict[str, Any] | None
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    attention_bias: bool
+    torch_dtype: torch.dtype
+    bos_token_id: int | None
+    eos_token_ids: list[int]
+    sliding_window: int | None
+
+    @classmethod
+    def from_hf_dict(cls, raw: dict[str, Any]) -> ModelConfig:
+        architectures = raw.get("architectures") or []
+        arch = architectures[0] if architectures else f"<none; model_type={raw.get('model_type')!r}>"
+        if arch not in SUPPORTED_ARCHITECTURES:
+            raise ModelLoadError(
+                f"unsupported architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+            )
+        heads = int(raw["num_attention_heads"])
+        hidden = int(raw["hidden_size"])
+        # transformers 5 writes rope settings under rope_parameters; older files use rope_theta/rope_scaling
+        rope_params = dict(raw.get("rope_parameters") or {})
+        rope_theta = float(rope_params.pop("rope_theta", raw.get("rope_theta", 10000.0)))
+        rope_scaling = raw.get("rope_scaling") or rope_params or None
+        if rope_scaling is not None:
+            rope_type = rope_scaling.get("rope_type", rope_scaling.get("type", "default"))
+            if rope_type not in ("default", "llama3"):
+                raise ModelLoadError(f"unsupported rope_scaling type {rope_type!r}; supported: default, llama3")
+            rope_scaling = None if rope_type == "default" else dict(rope_scaling, rope_type=rope_type)
+        eos = raw.get("eos_token_id")
+        eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+        use_sliding = raw.get("use_sliding_window", arch == "MistralForCausalLM")
+        return cls(
+            architecture=arch,
+            vocab_size=int(raw["vocab_size"]),
+            hidden_size=hidden,
+            intermediate_size=int(raw["intermediate_size"]),
+            num_hidden_layers=int(raw["num_hidden_layers"]),
+            num_attention_heads=heads,
+            num_key_value_heads=int(raw.get("num_key_value_heads") or heads),
+            head_dim=int(raw.get("head_dim") or hidden // heads),
+            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+            rope_theta=rope_theta,
+            rope_scaling=rope_scaling,
+            max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            # Qwen2 always has q/k/v biases; Llama may via attention_bias
+            attention_bias=arch == "Qwen2ForCausalLM" or bool(raw.get("attention_bias", False)),
+            torch_dtype=parse_dtype(raw.get("torch_dtype") or raw.get("dtype") or "float32"),
+            bos_token_id=raw.get("bos_token_id"),
+            eos_token_ids=eos_ids,
+            sliding_window=int(raw["sliding_window"]) if use_sliding and raw.get("sliding_window") else None,
+        )
+
+
+def _default_intent_priorities() -> dict[str, int]:
+    # lower = more urgent; interactive clinical / trading work before batch-like code completion
+    return {"medical-diagnosis": 0, "fin-risk": 0, "legal-advice": 1, "code-completion": 2}
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    dtype: str | None = None                 # None: the checkpoint's torch_dtype
+    device: str = "cpu"
+    max_model_len: int | None = None         # None: the model's max_position_embeddings (capped below)
+    max_model_len_cap: int = 4096            # keeps the default KV pool small for huge-context models
+    block_size: int = 16
+    num_kv_blocks: int | None = None         # None: derived from kv_cache_memory_bytes
+    kv_cache_memory_bytes: int = 512 * 2**20
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048       # per-step token budget (decodes + prefill chunks)
+    enable_prefix_caching: bool = True
+    intent_priorities: dict[str, int] = field(default_factory=_default_intent_priorities)
+    default_priority: int = 1
+    # a waiting request gains one priority class per `aging_seconds` waited, so none starves
+    aging_seconds: float = 2.0
+    num_threads: int | None = None           # torch CPU threads; None: leave torch's default
+    seed: int = 0                            # for requests without their own seed
+    stats_window: int = 1000                 # recent requests kept for latency lists in stats()
+
+    def validate(self) -> None:
+        if self.block_size < 1 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size must be a power of two, got {self.block_size}")
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.max_num_batched_tokens < 1:
+            raise ValueError(f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}")
+        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
+            raise ValueError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
+        if self.aging_seconds <= 0:
+            raise ValueError(f"aging_seconds must be > 0, got {self.aging_seconds}")

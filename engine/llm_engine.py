@@ -1,0 +1,224 @@
+"""The synchronous engine: add requests, call `step()` until done, read incremental outputs."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence as Seq
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.block_manager import BlockManager
+from engine.config import EngineConfig, ModelConfig, ModelLoadError, parse_dtype
+from engine.detokenizer import init_offsets
+from engine.loader import checkpoint_hash, generation_eos_ids, iter_weights, load_model_config, weight_files
+from engine.logits_process import LogitsProcessor
+from engine.metrics import EngineMetrics
+from engine.model_runner import ModelRunner, kv_bytes_per_block
+from engine.models.llama import LlamaForCausalLM
+from engine.outputs import RequestOutput
+from engine.postprocess import StepPostprocessor
+from engine.sampler import Sampler
+from engine.sampling_params import InvalidRequestError, SamplingParams
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence
+from engine.tokenizer import Tokenizer
+
+
+class LLMEngine:
+    def __init__(
+        self, model: LlamaForCausalLM, tokenizer: Tokenizer, config: EngineConfig, *,
+        model_id: str, checkpoint_hash: str, logits_processors: Seq[LogitsProcessor] = (),
+    ) -> None:
+        config.validate()
+        self.config = config
+        self.model = model
+        self.tokenizer = tokenizer
+        self.model_id = model_id
+        self.checkpoint_hash = checkpoint_hash
+        self.processors = list(logits_processors)
+        model_config: ModelConfig = model.config
+        self.max_model_len = _max_model_len(model_config, config)
+        dtype = next(model.parameters()).dtype
+        device = next(model.parameters()).device
+        num_blocks = config.num_kv_blocks or max(
+            1, config.kv_cache_memory_bytes // kv_bytes_per_block(model_config, config.block_size, dtype)
+        )
+        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(config, self.block_manager)
+        self.runner = ModelRunner(model, num_blocks, config.block_size, dtype, device)
+        self.sampler = Sampler(torch.Generator(device=device).manual_seed(config.seed))
+        self.metrics = EngineMetrics(config.stats_window)
+        self.post = StepPostprocessor(tokenizer, self.processors, self.metrics, self.max_model_len)
+        self.requests: dict[str, Sequence] = {}
+        self._device = device
+        self._ids = itertools.count()
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | Path, config: EngineConfig | None = None,
+        logits_processors: Seq[LogitsProcessor] = (), *, model_id: str | None = None,
+    ) -> LLMEngine:
+        """Load a Hugging Face checkpoint folder (config.json, safetensors, tokenizer.json)."""
+        config = config or EngineConfig()
+        config.validate()
+        path = Path(path)
+        if not path.is_dir():
+            raise ModelLoadError(f"checkpoint folder not found: {path}")
+        model_config = load_model_config(path)
+        files = weight_files(path)
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        dtype = parse_dtype(config.dtype) if config.dtype else model_config.torch_dtype
+        device = torch.device(config.device)
+        with torch.device(device):
+            model = LlamaForCausalLM(model_config, _max_model_len(model_config, config), dtype)
+        model.load_weights(iter_weights(files), source=", ".join(f.name for f in files))
+        model.eval().requires_grad_(False)
+        eos_ids = list(dict.fromkeys(generation_eos_ids(path) + model_config.eos_token_ids))
+        tokenizer = Tokenizer.from_dir(path, eos_ids)
+        return cls(
+            model, tokenizer, config, model_id=model_id or path.name,
+            checkpoint_hash=checkpoint_hash(path, files), logits_processors=logits_processors,
+        )
+
+    # ---- requests ------------------------------------------------------------------------------
+
+    def add_request(
+        self, request_id: str, prompt: str | list[int], params: SamplingParams | None = None, *,
+        intent: str | None = None, cache_salt: str | None = None,
+    ) -> None:
+        """Queue a request; raises InvalidRequestError (a ValueError) before any compute if unusable."""
+        self.enqueue(self.prepare_request(request_id, prompt, params, intent=intent, cache_salt=cache_salt))
+
+    def prepare_request(
+        self, request_id: str, prompt: str | list[int], params: SamplingParams | None = None, *,
+        intent: str | None = None, cache_salt: str | None = None,
+    ) -> Sequence:
+        """Validate and tokenize without touching engine state (safe while a step runs elsewhere)."""
+        params = params or SamplingParams()
+        if request_id in self.requests:
+            raise InvalidRequestError(f"request id {request_id!r} is already in use")
+        params.validate()
+        for processor in self.processors:
+            processor.validate_params(params)
+        token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        self._validate_prompt(token_ids, params)
+        seq = Sequence(request_id, token_ids, params, self.scheduler.priority_of(intent), time.time(), cache_salt)
+        seq.stats.arrival_time = seq.arrival_time
+        seq.stats.num_prompt_tokens = len(token_ids)
+        if params.seed is not None:
+            seq.generator = torch.Generator(device=self._device).manual_seed(params.seed)
+        if params.logprobs is not None:
+            seq.logprobs = []
+        init_offsets(seq)
+        return seq
+
+    def enqueue(self, seq: Sequence) -> None:
+        """Hand a prepared request to the scheduler."""
+        if seq.request_id in self.requests:
+            raise InvalidRequestError(f"request id {seq.request_id!r} is already in use")
+        self.requests[seq.request_id] = seq
+        self.scheduler.add(seq)
+
+    def _validate_prompt(self, token_ids: list[int], params: SamplingParams) -> None:
+        if not token_ids:
+            raise InvalidRequestError("prompt is empty")
+        vocab = self.model.config.vocab_size
+        if any(not 0 <= t < vocab for t in token_ids):
+            raise InvalidRequestError(f"prompt holds token ids outside the vocabulary [0, {vocab})")
+        if len(token_ids) >= self.max_model_len:
+            raise InvalidRequestError(
+                f"prompt has {len(token_ids)} tokens; this model's context holds {self.max_model_len} "
+                "(prompt plus at least one generated token)"
+            )
+        longest = min(len(token_ids) + params.max_tokens, self.max_model_len)
+        if self.block_manager.blocks_needed(longest) > self.block_manager.num_blocks:
+            raise InvalidRequestError(
+                f"prompt + max_tokens = {longest} tokens exceeds the KV cache "
+                f"({self.block_manager.num_blocks * self.block_manager.block_size} tokens)"
+            )
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request and free its KV blocks at once; unknown or finished ids are ignored."""
+        seq = self.requests.pop(request_id, None)
+        if seq is None:
+            return
+        self.scheduler.finish(seq)
+        self.post.release(seq, "abort")
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # ---- the step loop -------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def step(self) -> list[RequestOutput]:
+        """Run one scheduled batch; return an output for every request that advanced or finished.
+
+        Runs under inference_mode as a whole, so processors may edit the logits in place."""
+        batch = self.scheduler.schedule()
+        for seq in batch.preempted:
+            self.post.detach_processors(seq)
+        for seq in batch.admitted:
+            self.post.attach_processors(seq)
+        if batch.is_empty:
+            return []
+        step_logits = self.runner.execute(batch)
+        for seq, num_new in zip(batch.seqs, batch.num_new_tokens, strict=True):
+            seq.num_computed_tokens += num_new
+            self.block_manager.register_full_blocks(seq)  # publish before a finished seq frees them
+        sample_seqs = [batch.seqs[row] for row in step_logits.sample_rows]
+        dead_rows = self.post.apply_processors(step_logits.logits, sample_seqs)
+        sampled = self.sampler(step_logits.logits, sample_seqs)
+        outputs: list[RequestOutput] = []
+        now = time.time()
+        for row, seq in enumerate(sample_seqs):
+            if row in dead_rows:
+                seq.finish_reason = "constraint_dead_end"
+            else:
+                self.post.append_token(seq, sampled.token_ids[row], sampled.logprobs[row], now)
+            if seq.finish_reason is not None:
+                self.scheduler.finish(seq)
+                self.requests.pop(seq.request_id, None)
+                self.post.release(seq, seq.finish_reason, now)
+            outputs.append(self.post.make_output(seq))
+        return outputs
+
+    def generate(
+        self, prompts: Seq[str | list[int]], params: SamplingParams | Seq[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
+        """Run prompts to completion; final outputs in prompt order."""
+        params_list = list(params) if isinstance(params, list | tuple) else [params or SamplingParams()] * len(prompts)
+        if len(params_list) != len(prompts):
+            raise InvalidRequestError(f"{len(prompts)} prompts but {len(params_list)} sampling params")
+        ids = [f"generate-{next(self._ids)}" for _ in prompts]
+        for request_id, prompt, p in zip(ids, prompts, params_list, strict=True):
+            self.add_request(request_id, prompt, p)
+        final: dict[str, RequestOutput] = {}
+        while self.has_unfinished():
+            for output in self.step():
+                if output.finished:
+                    final[output.request_id] = output
+        return [final[i] for i in ids]
+
+    def stats(self) -> dict[str, Any]:
+        snapshot = self.metrics.snapshot()
+        snapshot.update(
+            prefix_cache_queries=self.block_manager.prefix_cache_queries,
+            prefix_cache_hits=self.block_manager.prefix_cache_hits,
+            num_preemptions=self.scheduler.num_preemptions,
+            kv_cache_usage_perc=self.block_manager.usage(),
+            num_requests_running=len(self.scheduler.running),
+            num_requests_waiting=len(self.scheduler.waiting),
+        )
+        return snapshot
+
+
+def _max_model_len(model_config: ModelConfig, config: EngineConfig) -> int:
+    limit = config.max_model_len or min(model_config.max_position_embeddings, config.max_model_len_cap)
+    if model_config.sliding_window:  # no sliding-window attention here: stay inside the window
+        limit = min(limit, model_config.sliding_window)
+    return limit

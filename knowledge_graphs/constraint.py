@@ -1,0 +1,247 @@
+"""KG-constrained decoding: the allowed entity set and the engine logits processor "kg_constraint".
+
+Two layers, AND-ed into one packed bitmask per (decoding state, allowed set), cached:
+
+1. Steering (token trie, GENRE-style; `knowledge_graphs.trie`). A mention starts when a token is
+   the first word token of some entity encoding (at a word boundary). Inside a live mention (one
+   still on the way to an allowed entity) only tokens that continue toward an allowed entity, or
+   tokens that close the mention (text starting with a word boundary, or EOS), are allowed. After
+   the first token only the continuations toward forbidden entities alone are blocked, because one
+   token in, the mention may still be an ordinary word ("T" + "ake", " Met" + "al").
+   A dead end closes the mention: the steering lets go there and the guard alone decides, since a
+   dead prefix can only become ordinary text (" i" + "s") or a forbidden name, which the guard stops.
+   Outside a mention, a token that would by itself spell a complete forbidden name with no allowed
+   continuation is blocked. Closing is always offered: " The" (toward "Theophylline") is usually a word.
+2. Guarantee (character guard; `knowledge_graphs.surface_guard`). Whatever the tokens, no token
+   and no EOS may complete a forbidden surface form at a word boundary in the normalised text.
+
+Guarantee: for any logits, exact alias linking of the generated text (`EntityLinker` restricted to
+the constrained types) finds no mention whose entities are all outside the allowed set. It holds
+for any tokenisation of a name (non-canonical splits, merges across the space), any case mix,
+a mention started after punctuation or at the start of the output, names that are prefixes of
+other names, and names that are suffixes of longer allowed names ("diabetes" inside an allowed
+"type 2 diabetes").
+Limits:
+- The text must end by EOS (or a stop string starting with a non-alphanumeric character): a
+  generation cut by max_tokens may end right on a forbidden name that an allowed name continues
+  ("Aspirin" on the way to "Aspirin Plus").
+- An allowed multiword name that begins with a complete forbidden name followed by a word boundary
+  ("Aspirin Plus" when "Aspirin" is forbidden) cannot be written: the guard is conservative there.
+- Longest-match chains: if an allowed name A ends with a forbidden name F, and a longer allowed name
+  overlaps A's beginning but not F, the linker keeps the longer name, drops A and reports F; the
+  guard does not model this chain.
+- A non-ASCII character split over several byte-level tokens is seen by the mask of the token that
+  completes it as a boundary; the state after it is exact, so a forbidden name is still caught when
+  it closes, unless the completing token itself also holds the rest of the name and a boundary.
+- Ambiguous surface forms: a form shared by an allowed and a forbidden entity is allowed (the
+  linker's `candidate_ids` then contains an allowed reading).
+If both layers together leave no token, the steering is dropped for that step (never the guard); if
+the guard alone leaves none, the engine ends the request with "constraint_dead_end".
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer
+
+from engine.kernels.bitmask import BITS, apply_token_bitmask_torch
+from engine.logits_process import LogitsProcessor
+from engine.outputs import ProcessorEvent
+from engine.sampling_params import InvalidRequestError, SamplingParams
+from knowledge_graphs.constraint_masks import AllowedView, DecodeState, DomainMasks
+from knowledge_graphs.model import KnowledgeGraph
+from knowledge_graphs.surface_guard import GuardState
+from knowledge_graphs.vocab_text import token_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DomainDefaults:
+    types: frozenset[str]        # entity types whose mentions are constrained
+    relations: frozenset[str]    # relations the allowed neighbourhood follows
+    hops: int
+
+
+# Why these: in medicine the dangerous slip is naming the wrong drug or condition; two hops reach
+# drug -> condition -> the other drugs for it, and drug -> class -> its siblings. In finance the
+# claims that matter are which country sits on which risk list; two hops give country -> list ->
+# the other listed countries. In law a case reaches its court and reporter in one hop; statutes
+# are only allowed when named (anchors), as the KG holds no case->statute edges.
+DOMAIN_DEFAULTS: dict[str, DomainDefaults] = {
+    "medical": DomainDefaults(
+        frozenset({"drug", "condition"}),
+        frozenset({"indicated_for", "contraindicated_in", "interacts_with", "in_class"}), 2),
+    "finance": DomainDefaults(frozenset({"country", "risk_list"}), frozenset({"listed_on"}), 2),
+    "legal": DomainDefaults(frozenset({"case", "statute", "court"}), frozenset({"decided_by", "reported_in"}), 1),
+}
+
+
+class KGConstraintError(InvalidRequestError):
+    """Unusable `extra_args["kg_constraint"]` (unknown domain, malformed or unknown entity ids)."""
+
+
+def allowed_entities(
+    kg: KnowledgeGraph, anchors: Iterable[str], *, hops: int | None = None,
+    relations: Collection[str] | None = None, types: Collection[str] | None = None,
+    extra_filter: Callable[[str], bool] | None = None,
+) -> frozenset[str]:
+    """Anchors plus their `hops`-neighbourhood over `relations`, narrowed to `types` and `extra_filter`.
+
+    Unset hops/relations/types take the domain's `DOMAIN_DEFAULTS` (all relations and types for an
+    unknown domain). Anchors that are not in the KG are ignored.
+    """
+    defaults = DOMAIN_DEFAULTS.get(kg.domain)
+    hops = hops if hops is not None else (defaults.hops if defaults else 1)
+    relations = relations if relations is not None else (defaults.relations if defaults else None)
+    types = types if types is not None else (defaults.types if defaults else None)
+    if hops < 0:
+        raise ValueError(f"hops must be >= 0, got {hops}")
+    found: set[str] = set()
+    for anchor in anchors:
+        if kg.entity(anchor) is None:
+            continue
+        found.add(anchor)
+        if hops:
+            found |= kg.neighbours(anchor, relations=relations, hops=hops)
+    result = set()
+    for entity_id in found:
+        entity = kg.entity(entity_id)
+        if entity is None or (types is not None and entity.type not in types):
+            continue
+        if extra_filter is not None and not extra_filter(entity_id):
+            continue
+        result.add(entity_id)
+    return frozenset(result)
+
+
+@dataclass(slots=True)
+class _Request:
+    view: AllowedView
+    state: DecodeState
+    decoder: codecs.IncrementalDecoder
+    position: int = 0                        # index of the next generated token
+    blocked: tuple[int, list[str]] | None = None   # (position, entity ids) awaiting the chosen token
+    events: list[ProcessorEvent] = field(default_factory=list)
+
+
+class KGConstraintProcessor(LogitsProcessor):
+    """Masks entity mentions to the request's allowed set. Register each domain's KG once."""
+
+    name = "kg_constraint"
+
+    def __init__(
+        self, tokenizer: Tokenizer | Any, *, vocab_size: int, eos_token_ids: Iterable[int],
+        kgs: Mapping[str, KnowledgeGraph] | None = None, types: Mapping[str, Collection[str]] | None = None,
+    ) -> None:
+        # accept engine.tokenizer.Tokenizer (which wraps a `tokenizers` backend) as well
+        self.tokenizer: Tokenizer = getattr(tokenizer, "backend", tokenizer)
+        self.vocab_size = vocab_size
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.token_bytes = token_bytes(self.tokenizer, vocab_size)
+        self.token_texts = [b.decode("utf-8", errors="replace") for b in self.token_bytes]
+        self.domains: dict[str, DomainMasks] = {}
+        self._requests: dict[str, _Request] = {}
+        for domain, kg in (kgs or {}).items():
+            self.register(kg, (types or {}).get(domain), domain=domain)
+
+    def register(self, kg: KnowledgeGraph, types: Collection[str] | None = None, *, domain: str | None = None) -> None:
+        """Compile `kg` (entities of `types`, default DOMAIN_DEFAULTS) for requests naming `domain`."""
+        domain = domain or kg.domain
+        if types is None:
+            if kg.domain not in DOMAIN_DEFAULTS:
+                raise ValueError(f"no default constrained types for domain {kg.domain!r}: pass types=")
+            types = DOMAIN_DEFAULTS[kg.domain].types
+        self.domains[domain] = DomainMasks(kg, types, self.tokenizer, self.token_texts, self.eos_token_ids)
+
+    # -- protocol -------------------------------------------------------------------------------
+    def validate_params(self, params: SamplingParams) -> None:
+        self._parse(params)
+
+    def _parse(self, params: SamplingParams) -> tuple[DomainMasks, list[str]] | None:
+        args = params.extra_args.get(self.name)
+        if args is None:
+            return None
+        if not isinstance(args, Mapping):
+            raise KGConstraintError("kg_constraint must be an object with 'domain' and 'allowed_entity_ids'")
+        domain = args.get("domain")
+        if domain not in self.domains:
+            raise KGConstraintError(f"kg_constraint.domain must be one of {sorted(self.domains)}, got {domain!r}")
+        ids = args.get("allowed_entity_ids")
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise KGConstraintError("kg_constraint.allowed_entity_ids must be a list of entity id strings")
+        kg = self.domains[domain].kg
+        unknown = [i for i in ids if kg.entity(i) is None]
+        if unknown:
+            raise KGConstraintError(f"kg_constraint.allowed_entity_ids not in the {domain} KG: {unknown[:5]}")
+        return self.domains[domain], ids
+
+    def add_request(self, request_id: str, params: SamplingParams, prompt_token_ids: Sequence[int],
+                    output_token_ids: Sequence[int]) -> bool:
+        parsed = self._parse(params)
+        if parsed is None:
+            return False
+        domain, ids = parsed
+        request = _Request(domain.view(ids), DecodeState(None, GuardState()),
+                           codecs.getincrementaldecoder("utf-8")(errors="replace"))
+        self._requests[request_id] = request
+        for token_id in output_token_ids:  # a preempted request comes back: replay its state
+            self._advance(request, token_id)
+        return True
+
+    def remove_request(self, request_id: str) -> None:
+        self._requests.pop(request_id, None)
+
+    def apply(self, logits: torch.Tensor, request_ids: Sequence[str | None]) -> None:
+        rows: list[int] = []
+        masks: list[torch.Tensor] = []
+        for row, request_id in enumerate(request_ids):
+            request = self._requests.get(request_id) if request_id is not None else None
+            if request is not None:
+                rows.append(row)
+                masks.append(request.view.mask(request.state))
+        if not rows:
+            return
+        row_index = torch.tensor(rows, dtype=torch.long, device=logits.device)
+        bitmask = torch.stack(masks).to(logits.device)                    # [k, words] int32
+        # An intervention is a step where the model's own favourite token is masked out.
+        favourite = logits.index_select(0, row_index)[:, : self.vocab_size].argmax(-1)     # [k]
+        words = bitmask.gather(1, (favourite // BITS).unsqueeze(1)).squeeze(1)            # [k]
+        favourite_allowed = ((words >> (favourite % BITS).to(torch.int32)) & 1).bool()
+        if not bool(favourite_allowed.all()):
+            for k in (~favourite_allowed).nonzero().flatten().tolist():
+                request = self._requests[request_ids[rows[k]]]  # type: ignore[index]
+                token_id = int(favourite[k])
+                blocked = request.view.explain(request.state, token_id, self.token_texts[token_id])
+                request.blocked = (request.position, blocked)
+        apply_token_bitmask_torch(logits[:, : self.vocab_size], bitmask, row_index)  # a view: masks in place
+        if logits.shape[-1] > self.vocab_size:  # ids past the vocabulary never write a mention
+            logits[row_index, self.vocab_size :] = float("-inf")
+
+    def accept_token(self, request_id: str, token_id: int) -> None:
+        request = self._requests.get(request_id)
+        if request is None:
+            return
+        self._advance(request, token_id)
+        if request.blocked is not None:
+            position, blocked_ids = request.blocked
+            request.blocked = None
+            request.events.append(ProcessorEvent(
+                self.name, position, "blocked",
+                {"blocked_entity_ids": blocked_ids, "chosen_entity_id": request.view.chosen(request.state)},
+            ))
+
+    def _advance(self, request: _Request, token_id: int) -> None:
+        text = request.decoder.decode(self.token_bytes[token_id]) if 0 <= token_id < self.vocab_size else ""
+        request.state = request.view.next_state(request.state, token_id, text)
+        request.position += 1
+
+    def pop_events(self, request_id: str) -> list[ProcessorEvent]:
+        request = self._requests.get(request_id)
+        if request is None or not request.events:
+            return []
+        events, request.events = request.events, []
+        return events

@@ -1,0 +1,225 @@
+"""Per-domain compiled constraint data and the per-(state, allowed set) mask cache.
+
+`DomainMasks` is built once per (engine, KG): the character trie + vocabulary guard and the token
+trie. `AllowedView` is one allowed set of it, holding every mask computed for that set, keyed by
+the decoding state (token-trie node, guard state). Masks are packed int32 bitmasks
+(`engine.kernels.bitmask` layout), computed on the first visit of a state and then reused.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import torch
+from tokenizers import Tokenizer
+
+from engine.kernels.bitmask import pack_bool_mask
+from knowledge_graphs.model import KnowledgeGraph, normalise_alias
+from knowledge_graphs.surface_guard import (
+    SPACE, AllowedNodes, GuardState, NameTrie, SurfaceGuard, advance, final_group, fold,
+)
+from knowledge_graphs.trie import ROOT, EncodingIndex, TokenTrie, encode_forms
+
+MAX_VIEWS = 256            # allowed sets kept per domain (least recently built dropped first)
+MAX_MASKS_PER_VIEW = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeState:
+    trie_node: int | None       # token-trie node of the mention being written, None outside one
+    guard: GuardState
+
+
+class DomainMasks:
+    def __init__(
+        self, kg: KnowledgeGraph, types: Collection[str], tokenizer: Tokenizer, token_texts: Sequence[str],
+        eos_token_ids: Collection[int],
+    ) -> None:
+        self.kg = kg
+        self.types = frozenset(types)
+        self.vocab_size = len(token_texts)
+        self.entity_ids = frozenset(e.id for t in self.types for e in kg.entities(t))
+        forms: dict[str, list[str]] = {}
+        forms_by_entity: dict[str, list[str]] = {}
+        for entity_id in sorted(self.entity_ids):
+            entity = kg.entity(entity_id)
+            assert entity is not None
+            forms_by_entity[entity_id] = entity.surface_forms
+            for form in entity.surface_forms:
+                key = normalise_alias(form)
+                if key:
+                    forms.setdefault(key, []).append(entity_id)
+        self.tokenizer = tokenizer
+        self.token_texts = token_texts
+        self.forms_by_entity = forms_by_entity
+        self.name_trie = NameTrie(forms)
+        self.guard = SurfaceGuard(self.name_trie, token_texts)
+        folded = [fold(t) for t in token_texts]
+        self.has_word_chars = [f.strip() != "" for f in folded]
+        self.index = EncodingIndex(encode_forms(tokenizer, forms_by_entity, self.has_word_chars))
+        # A token that begins with a word boundary can close a mention (or start a new one anywhere).
+        self.boundary_start: list[bool] = [f.startswith(SPACE) for f in folded]
+        self.eos = torch.zeros(self.vocab_size, dtype=torch.bool)
+        eos_ids = [i for i in eos_token_ids if 0 <= i < self.vocab_size]
+        if eos_ids:
+            self.eos[torch.tensor(eos_ids)] = True
+        self.closing = torch.tensor(self.boundary_start, dtype=torch.bool) | self.eos     # [vocab]
+        self._views: dict[frozenset[str], AllowedView] = {}
+
+    def view(self, allowed_ids: Collection[str]) -> AllowedView:
+        key = frozenset(allowed_ids) & self.entity_ids
+        found = self._views.get(key)
+        if found is None:
+            if len(self._views) >= MAX_VIEWS:
+                self._views.pop(next(iter(self._views)))
+            found = self._views[key] = AllowedView(self, key)
+        return found
+
+    def _advance_guard(self, guard: GuardState, text: str) -> tuple[GuardState, list[tuple[int, ...]]]:
+        return advance(self.name_trie, guard, text)
+
+
+class AllowedView:
+    """Masks for one allowed set. `mask(state)` -> packed int32 [words]."""
+
+    def __init__(self, domain: DomainMasks, allowed_ids: frozenset[str]) -> None:
+        self.domain = domain
+        self.allowed_ids = allowed_ids
+        self.allowed_nodes = AllowedNodes(domain.name_trie, allowed_ids)
+        self.trie = TokenTrie(encode_forms(
+            domain.tokenizer, {i: domain.forms_by_entity[i] for i in sorted(allowed_ids)}, domain.has_word_chars))
+        self.live = self._live_nodes()
+        self._static = {b: domain.guard.static_blocked(b, self.allowed_nodes) for b in (False, True)}
+        self._root_allowed = {b: self._root_mask(b) for b in (False, True)}
+        self._masks: dict[DecodeState, torch.Tensor] = {}
+
+    def _live_nodes(self) -> frozenset[int]:
+        """Trie nodes whose text does not complete a forbidden name on the way ("Aspirin" + " Plus"
+        when only "Aspirin Plus" is allowed): the guard would block them, so steering must not lead there."""
+        live: set[int] = set()
+        stack = [(ROOT, GuardState())]
+        while stack:
+            node, guard = stack.pop()
+            for token_id, child in self.trie.children[node].items():
+                after, closed = self.domain._advance_guard(guard, self.domain.token_texts[token_id])
+                if any(self.allowed_nodes.violates(group) for group in closed):
+                    continue
+                live.add(child)
+                stack.append((child, after))
+        return frozenset(live)
+
+    def next_state(self, state: DecodeState, token_id: int, text: str) -> DecodeState:
+        """The state after `token_id`, whose decoded text is `text`."""
+        guard, _ = self.domain._advance_guard(state.guard, text)
+        node: int | None = None
+        if state.trie_node is not None:
+            node = self.trie.step(state.trie_node, token_id)
+        if node is None and (state.guard.boundary or self.domain.boundary_start[token_id]):
+            node = self.trie.step(ROOT, token_id)   # the token starts a new mention
+        if node is not None and node not in self.live:
+            node = None
+        return DecodeState(node, guard)
+
+    def _root_mask(self, boundary: bool) -> torch.Tensor:
+        """bool [vocab]: outside a mention, block only tokens that would start a mention which is
+        already a complete forbidden name with no allowed continuation."""
+        allowed = torch.ones(self.domain.vocab_size, dtype=torch.bool)
+        live_roots = self.trie.children[ROOT]
+        blocked = [
+            token_id for token_id, names in self.domain.index.single_token_names.items()
+            if token_id < self.domain.vocab_size and live_roots.get(token_id) not in self.live
+            and (boundary or self.domain.boundary_start[token_id]) and not (names & self.allowed_ids)
+        ]
+        if blocked:
+            allowed[torch.tensor(blocked)] = False
+        return allowed
+
+    def guard_allowed(self, guard: GuardState) -> torch.Tensor:
+        """bool [vocab]: what the character guard alone allows (the invariant)."""
+        blocked = self._static[guard.boundary].clone()
+        more = self.domain.guard.continuation_blocked(guard, self.allowed_nodes)
+        if more is not None:
+            blocked |= more
+        if self.allowed_nodes.violates(final_group(self.domain.name_trie, guard)):
+            blocked |= self.domain.eos  # ending the text here would close a forbidden name
+        return ~blocked
+
+    def trie_allowed(self, state: DecodeState) -> torch.Tensor:
+        """bool [vocab]: inside a live mention, continuations toward allowed entities or closing the
+        mention; outside one, the root rule."""
+        root = self._root_allowed[state.guard.boundary]
+        if state.trie_node is None or state.guard.boundary:
+            # Outside a (live) mention, or the text already ended a word (a bare space piece was
+            # written), so the mention may be over: only the root rule (and the guard) apply.
+            return root
+        trie = self.trie
+        children = trie.children[state.trie_node]
+        vocab = self.domain.vocab_size
+        if trie.depth[state.trie_node] == 1:
+            # One token in, the mention may still be an ordinary word ("T" + "ake", " Met" + "al"):
+            # block only the continuations that lead to forbidden entities alone.
+            first = trie.token[state.trie_node]
+            dead = [t for t in self.domain.index.second_tokens.get(first, ())
+                    if t < vocab and children.get(t) not in self.live]
+            if not dead:
+                return root
+            allowed = root.clone()
+            allowed[torch.tensor(dead)] = False
+            return allowed
+        allowed = self.domain.closing & self._root_allowed[False]
+        live_tokens = [t for t, child in children.items() if child in self.live and t < vocab]
+        if live_tokens:
+            allowed = allowed.clone()
+            allowed[torch.tensor(live_tokens)] = True
+        return allowed
+
+    def mask(self, state: DecodeState) -> torch.Tensor:
+        found = self._masks.get(state)
+        if found is not None:
+            return found
+        guard = self.guard_allowed(state.guard)
+        allowed = guard & self.trie_allowed(state)
+        if not bool(allowed.any()):
+            allowed = guard  # the trie's steering left nothing: keep the guarantee, drop the steering
+        packed = pack_bool_mask(allowed, self.domain.vocab_size)
+        if len(self._masks) >= MAX_MASKS_PER_VIEW:
+            self._masks.clear()
+        self._masks[state] = packed
+        return packed
+
+    def explain(self, state: DecodeState, token_id: int, text: str) -> list[str]:
+        """Entity ids that `token_id` would have completed or headed for, against the constraint."""
+        name_trie = self.domain.name_trie
+        found: dict[str, None] = {}
+        after, groups = self.domain._advance_guard(state.guard, text)
+        for group in groups:
+            if self.allowed_nodes.violates(group):
+                for node in group:
+                    if node not in self.allowed_nodes.nodes:
+                        found.update(dict.fromkeys(name_trie.entities[node]))
+        if not found and after.nodes:
+            # the deepest open match, if it already spells something specific (>= 3 characters)
+            deepest = max(after.nodes, key=lambda n: name_trie.depth[n])
+            if name_trie.depth[deepest] >= 3:
+                found.update(dict.fromkeys(self._forbidden_below(deepest)))
+        return list(found)[:10]
+
+    def _forbidden_below(self, node: int, limit: int = 5) -> list[str]:
+        name_trie = self.domain.name_trie
+        found: list[str] = []
+        queue = deque([node])
+        while queue and len(found) < limit:
+            current = queue.popleft()
+            ids = name_trie.entities.get(current, ())
+            if ids and not any(i in self.allowed_ids for i in ids):
+                found.extend(sorted(ids))
+            queue.extend(name_trie.children(current))
+        return found[:limit]
+
+    def chosen(self, state: DecodeState) -> str | None:
+        """The allowed entity the mention in progress is heading for, if any."""
+        if state.trie_node is None:
+            return None
+        return self.trie.nearest_entity(state.trie_node, self.live)

@@ -1,0 +1,43 @@
+"""Alembic environment. The engine comes from `auditor.db.alembic_config` (config.attributes["engine"]),
+or from AUDITOR_DATABASE_URL when alembic is run by hand."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import Engine, create_engine
+
+from auditor.models import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def _engine() -> Engine:
+    engine = config.attributes.get("engine")
+    if engine is not None:
+        return engine
+    from auditor.settings import get_settings
+
+    return create_engine(get_settings().database_url)
+
+
+def run_migrations_offline() -> None:
+    context.configure(url=str(_engine().url), target_metadata=target_metadata, literal_binds=True,
+                      render_as_batch=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    with _engine().connect() as connection:
+        # render_as_batch: SQLite can only ALTER tables by copying them; later revisions need it.
+        context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
+        with context.begin_transaction():
+            context.run_migrations()
+        connection.commit()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

@@ -1,0 +1,113 @@
+"""KG entity mentions in text: an Aho-Corasick automaton over the KG's normalised surface forms.
+
+Built once per (KG version, entity types) and cached, so per-call cost is one linear scan. Matching runs on
+the same normalisation as `KnowledgeGraph.lookup` (casefold, punctuation -> space) and maps every hit back
+to character offsets in the original text. Longest match wins; overlapping shorter hits are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from functools import lru_cache
+
+import ahocorasick
+
+from knowledge_graphs.model import KnowledgeGraph, normalise_alias
+
+# Surface forms this short are mostly noise ("a", "in", "ct") unless written in capitals in the text.
+MIN_FORM_LENGTH = 3
+ACRONYM_LENGTH = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Mention:
+    start: int
+    end: int
+    text: str
+    entity_ids: tuple[str, ...]
+    entity_type: str
+
+
+def normalise_with_offsets(text: str) -> tuple[str, list[int]]:
+    """The `normalise_alias` form of `text` padded with spaces, plus a map normalised index -> original index."""
+    chars: list[str] = [" "]
+    offsets: list[int] = [0]
+    previous_space = True
+    for index, ch in enumerate(text):
+        folded = ch.casefold()
+        if len(folded) == 1 and folded.isalnum():
+            chars.append(folded)
+            offsets.append(index)
+            previous_space = False
+        elif not previous_space:
+            chars.append(" ")
+            offsets.append(index)
+            previous_space = True
+    if not previous_space:
+        chars.append(" ")
+        offsets.append(len(text))
+    return "".join(chars), offsets
+
+
+class MentionFinder:
+    def __init__(self, kg: KnowledgeGraph, types: Collection[str]):
+        self.kg = kg
+        self.types = frozenset(types)
+        self.automaton = ahocorasick.Automaton()
+        forms: dict[str, dict[str, list[str]]] = {}   # normalised form -> type -> ids
+        # Acronym-only forms ("AND" = Andorra, "CAN" = Canada, "CTR") match only when written in capitals.
+        self.caps_only: set[str] = set()
+        lower_ok: set[str] = set()
+        for entity in kg.entities():
+            if entity.type not in self.types:
+                continue
+            for surface in entity.surface_forms:
+                form = normalise_alias(surface)
+                if len(form) < MIN_FORM_LENGTH and not form.isdigit():
+                    continue
+                ids = forms.setdefault(form, {}).setdefault(entity.type, [])
+                if entity.id not in ids:
+                    ids.append(entity.id)
+                if len(form) <= ACRONYM_LENGTH and surface.isupper():
+                    self.caps_only.add(form)
+                else:
+                    lower_ok.add(form)
+        self.caps_only -= lower_ok
+        for form, by_type in forms.items():
+            self.automaton.add_word(f" {form} ", (form, by_type))
+        if forms:
+            self.automaton.make_automaton()
+        self._empty = not forms
+
+    def find(self, text: str) -> list[Mention]:
+        if self._empty:
+            return []
+        normalised, offsets = normalise_with_offsets(text)
+        hits: list[tuple[int, int, dict[str, list[str]]]] = []
+        for end_index, (form, by_type) in self.automaton.iter(normalised):
+            # the key is " form ": its first letter sits at end_index - len(form), its last at end_index - 1
+            start, end = offsets[end_index - len(form)], offsets[end_index - 1] + 1
+            if form in self.caps_only and not text[start:end].isupper():
+                continue
+            hits.append((start, end, by_type))
+        hits.sort(key=lambda h: (h[0], -(h[1] - h[0])))
+        mentions: list[Mention] = []
+        taken_until = -1
+        for start, end, by_type in hits:
+            if start < taken_until:
+                continue
+            for entity_type, ids in by_type.items():
+                mentions.append(Mention(start, end, text[start:end], tuple(ids), entity_type))
+            taken_until = end
+        return mentions
+
+
+@lru_cache(maxsize=16)
+def _finder(kg_id: int, kg_version: str, types: frozenset[str], kg: KnowledgeGraph) -> MentionFinder:
+    return MentionFinder(kg, types)
+
+
+def mention_finder(kg: KnowledgeGraph, types: Collection[str]) -> MentionFinder:
+    """The cached finder for this KG and these entity types."""
+    return _finder(id(kg), kg.version, frozenset(types), kg)

@@ -1,0 +1,400 @@
+"""Finance validators: identifiers (ISIN, LEI, CUSIP, FIGI, SEDOL, IBAN, BIC), currency codes, country
+currencies, FATF / EU list membership against dated snapshots, and regulatory thresholds against the KG."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import date
+from functools import cache
+from types import ModuleType
+from typing import Any
+
+import pycountry
+from schwifty import BIC, IBAN
+from schwifty.exceptions import SchwiftyException
+from stdnum import cusip, figi, isin, lei
+from stdnum.exceptions import InvalidChecksum, ValidationError
+from stdnum.gb import sedol
+
+from rules.claims import Document, Sentence
+from rules.report import Evidence
+from rules.units import find_money, stated_date
+from rules.validators.base import CitationCheck, Finding, kg_evidence, package_source, validator
+
+# -- identifiers ---------------------------------------------------------------------------------------
+_STDNUM_MODULES: dict[str, ModuleType] = {"isin": isin, "lei": lei, "cusip": cusip, "figi": figi, "sedol": sedol}
+_KEYWORDS = re.compile(r"\b(ISIN|LEI|CUSIP|FIGI|SEDOL|IBAN|BIC|SWIFT)\b", re.I)
+_CANDIDATES: list[tuple[str, re.Pattern[str]]] = [
+    ("iban", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b")),
+    ("lei", re.compile(r"\b[A-Z0-9]{18}\d{2}\b")),
+    ("isin", re.compile(r"\b[A-Z]{2}[A-Z0-9]{9}\d\b")),
+    ("figi", re.compile(r"\bBBG[A-Z0-9]{9}\b")),
+    ("any", re.compile(r"\b(?=[A-Z0-9]*\d)[A-Z0-9]{6,34}\b")),     # declared by a keyword, shape unknown
+]
+_BIC = re.compile(r"\b[A-Z]{4}[A-Z]{2}[A-Z0-9]{2}(?:[A-Z0-9]{3})?\b")
+
+
+@validator("finance.identifiers")
+def identifiers(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
+    """Format and check digits of security, entity and account identifiers (python-stdnum, schwifty)."""
+    findings: list[Finding] = []
+    for sentence in doc.sentences:
+        for start, end, declared in _identifier_candidates(sentence):
+            raw = doc.text[start:end]
+            kind = declared or _shape_type(raw)
+            if kind is None:
+                continue
+            finding = _check_bic(raw) if kind == "bic" else _check_iban(raw) if kind == "iban" else _check_stdnum(raw, kind)
+            finding.span = (start, end)
+            findings.append(finding)
+    return findings
+
+
+def _identifier_candidates(sentence: Sentence) -> list[tuple[int, int, str | None]]:
+    """(start, end, declared type) in document offsets; the longest candidate wins an overlap."""
+    keywords = [(m.start(), m.group(1).casefold()) for m in _KEYWORDS.finditer(sentence.text)]
+    raw: list[tuple[int, int, str | None]] = []
+    for shape, pattern in _CANDIDATES:
+        for match in pattern.finditer(sentence.text):
+            declared = _declared_type(keywords, match.start())
+            if shape == "any" and declared is None:
+                continue
+            raw.append((match.start(), match.end(), declared))
+    if any(k in ("bic", "swift") for _, k in keywords):
+        for match in _BIC.finditer(sentence.text):
+            if _declared_type(keywords, match.start()) == "bic":
+                raw.append((match.start(), match.end(), "bic"))
+    raw.sort(key=lambda c: (c[0], -(c[1] - c[0])))
+    out: list[tuple[int, int, str | None]] = []
+    taken_until = -1
+    for start, end, declared in raw:
+        if start >= taken_until and (declared == "bic" or not sentence.text[start:end].isalpha()):
+            out.append((sentence.start + start, sentence.start + end, declared))
+            taken_until = end
+    return out
+
+
+def _declared_type(keywords: list[tuple[int, str]], position: int) -> str | None:
+    """The identifier keyword closest before `position` within 60 characters ("SWIFT" means BIC)."""
+    before = [(p, k) for p, k in keywords if p < position and position - p <= 60]
+    if not before:
+        return None
+    keyword = max(before)[1]
+    return "bic" if keyword == "swift" else keyword
+
+
+def _shape_type(raw: str) -> str | None:
+    compact = raw.replace(" ", "")
+    if compact[:2] in _iban_countries() and len(compact) >= 15 and compact[2:4].isdigit():
+        return "iban"
+    if compact.startswith("BBG") and len(compact) == 12:
+        return "figi"
+    if len(compact) == 12 and compact[:2].isalpha():
+        return "isin"
+    if len(compact) == 20:
+        return "lei"
+    return None
+
+
+@cache
+def _iban_countries() -> frozenset[str]:
+    """Countries with an IBAN format in schwifty's spec registry."""
+    from schwifty import registry
+
+    countries: set[str] = set()
+    for country in pycountry.countries:
+        try:
+            registry.get_iban_spec(country.alpha_2)
+        except (KeyError, SchwiftyException):
+            continue
+        countries.add(country.alpha_2)
+    return frozenset(countries)
+
+
+def _check_stdnum(raw: str, kind: str) -> Finding:
+    module = _STDNUM_MODULES[kind]
+    source = package_source("python-stdnum")
+    label = kind.upper()
+    try:
+        module.validate(raw)
+    except InvalidChecksum:
+        return Finding(raw, (0, 0), "identifier", "contradicted", 0.99,
+                       [Evidence(kind="checksum", description=f"{raw} fails the {label} check-digit test",
+                                 source=source, locator=f"stdnum.{module.__name__.split('stdnum.')[-1]}")],
+                       citation=CitationCheck("identifier", "invalid", None), meta={"type": kind})
+    except ValidationError as exc:
+        return Finding(raw, (0, 0), "identifier", "contradicted", 0.95,
+                       [Evidence(kind="checksum", description=f"{raw} is not a valid {label}: {exc}",
+                                 source=source, locator=f"stdnum.{module.__name__.split('stdnum.')[-1]}")],
+                       citation=CitationCheck("identifier", "invalid", None), meta={"type": kind})
+    return Finding(raw, (0, 0), "identifier", "supported", 0.9,
+                   [Evidence(kind="checksum", description=f"{raw} is a well-formed {label} with a valid check digit "
+                             "(the issuer it is attributed to is not verified)", source=source,
+                             locator=f"stdnum.{module.__name__.split('stdnum.')[-1]}")],
+                   citation=CitationCheck("identifier", "resolved", None), meta={"type": kind})
+
+
+def _check_iban(raw: str) -> Finding:
+    source = package_source("schwifty")
+    try:
+        iban = IBAN(raw)
+    except SchwiftyException as exc:
+        return Finding(raw, (0, 0), "identifier", "contradicted", 0.99,
+                       [Evidence(kind="checksum", description=f"{raw} is not a valid IBAN: {exc}", source=source,
+                                 locator="schwifty.IBAN")],
+                       citation=CitationCheck("identifier", "invalid", None), meta={"type": "iban"})
+    evidence = [Evidence(kind="checksum", description=f"{iban.formatted}: valid IBAN structure and check digits for "
+                         f"{iban.country_code}", source=source, locator="schwifty.IBAN")]
+    bank = iban.bank
+    if bank:
+        evidence.append(Evidence(kind="registry", description=f"bank code {iban.bank_code} belongs to {bank.get('name')}",
+                                 source=source, locator="schwifty bank registry"))
+    return Finding(raw, (0, 0), "identifier", "supported", 0.95, evidence,
+                   citation=CitationCheck("identifier", "resolved", None), meta={"type": "iban"})
+
+
+def _check_bic(raw: str) -> Finding:
+    source = package_source("schwifty")
+    try:
+        bic = BIC(raw)
+    except SchwiftyException as exc:
+        return Finding(raw, (0, 0), "identifier", "contradicted", 0.95,
+                       [Evidence(kind="registry", description=f"{raw} is not a valid BIC: {exc}", source=source,
+                                 locator="schwifty.BIC (ISO 9362 structure)")],
+                       citation=CitationCheck("identifier", "invalid", None), meta={"type": "bic"})
+    names = bic.bank_names
+    if bic.exists or names:
+        return Finding(raw, (0, 0), "identifier", "supported", 0.9,
+                       [Evidence(kind="registry", description=f"{raw} is in the BIC registry: {names[0] if names else ''}",
+                                 source=source, locator="schwifty BIC registry")],
+                       citation=CitationCheck("identifier", "resolved", None), meta={"type": "bic"})
+    # schwifty's registry covers a few dozen countries: absence is "unknown", never "fabricated"
+    return Finding(raw, (0, 0), "identifier", "unverifiable", 0.5,
+                   [Evidence(kind="registry", description=f"{raw} is well-formed but absent from the offline BIC registry",
+                             source=source, locator="schwifty BIC registry")],
+                   citation=CitationCheck("identifier", "unconfirmed", None), meta={"type": "bic"})
+
+
+# -- currency codes and country currencies -------------------------------------------------------------
+_CODE_CONTEXT = re.compile(
+    r"\b(?:currency code|ISO 4217 (?:currency )?code|ISO code)\b(?:[^.;]{0,60}?\b(?:is|are|=|:)\s+|\s+)[\"'(]?(?P<code>[A-Z]{3})\b"
+)
+_CURRENCY_WORDS = re.compile(r"\b(currency|currencies|legal tender|uses the|use the|official money|denominated)\b", re.I)
+
+
+@cache
+def iso_currency_codes() -> frozenset[str]:
+    return frozenset(c.alpha_3 for c in pycountry.currencies)
+
+
+@validator("finance.currency")
+def currency(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
+    """ISO 4217 codes exist (pycountry); "country X uses currency Y" against the KG's uses_currency facts."""
+    findings: list[Finding] = []
+    source = package_source("pycountry")
+    for sentence in doc.sentences:
+        code_spans: list[tuple[int, int]] = []
+        for match in _CODE_CONTEXT.finditer(sentence.text):
+            span = (sentence.start + match.start("code"), sentence.start + match.end("code"))
+            code_spans.append(span)
+            findings.append(_judge_code(doc, sentence, match.group("code"), span, source))
+        if doc.kg is None or not _CURRENCY_WORDS.search(sentence.text):
+            continue
+        countries = [m for m in doc.mentions_in(sentence, ["country"]) if not _inside(m.start, m.end, code_spans)]
+        currencies = [m for m in doc.mentions_in(sentence, ["currency"]) if not _inside(m.start, m.end, code_spans)]
+        for country in countries:
+            for money in currencies:
+                findings.append(_country_currency(doc, sentence, country.entity_ids[0], money.entity_ids[0],
+                                                  (min(country.start, money.start), max(country.end, money.end))))
+    return findings
+
+
+def _inside(start: int, end: int, spans: list[tuple[int, int]]) -> bool:
+    return any(s < end and start < e for s, e in spans)
+
+
+def _judge_code(doc: Document, sentence: Sentence, code: str, span: tuple[int, int], source: str) -> Finding:
+    """"The currency code of the Swiss franc is CHF": the code exists and belongs to the currency named."""
+    locator = "pycountry.currencies (ISO 4217)"
+    if code not in iso_currency_codes():
+        return Finding(code, span, "currency_code", "contradicted", 0.9,
+                       [Evidence(kind="registry", description=f"{code} is not an ISO 4217 currency code",
+                                 source=source, locator=locator)],
+                       citation=CitationCheck("identifier", "invalid", None))
+    named = [m for m in doc.mentions_in(sentence, ["currency"]) if not (m.start <= span[0] < m.end)]
+    ids = {entity_id for m in named for entity_id in m.entity_ids}
+    official = pycountry.currencies.get(alpha_3=code)
+    evidence = [Evidence(kind="registry", description=f"{code} is the ISO 4217 code of {official.name}",
+                         source=source, locator=locator)]
+    if not ids:
+        return Finding(code, span, "currency_code", "supported", 0.8, evidence,
+                       citation=CitationCheck("identifier", "resolved", None))
+    if f"currency:{code}" in ids:
+        return Finding(code, span, "currency_code", "supported", 0.95, evidence,
+                       citation=CitationCheck("identifier", "resolved", True))
+    return Finding(code, span, "currency_code", "contradicted", 0.9,
+                   [*evidence, Evidence(kind="registry", description=f"the currency named is {named[0].text}, "
+                                        f"whose code is {sorted(ids)[0].split(':', 1)[1]}", source=source, locator=locator)],
+                   citation=CitationCheck("identifier", "resolved", False))
+
+
+def _country_currency(doc: Document, sentence: Sentence, country_id: str, currency_id: str,
+                      span: tuple[int, int]) -> Finding:
+    assert doc.kg is not None
+    kg = doc.kg
+    text = doc.text[span[0]:span[1]]
+    facts = kg.facts(country_id, "uses_currency")
+    negated = bool(_NEGATION.search(sentence.text))
+    matching = [f for f in facts if f.object == currency_id]
+    if matching:
+        verdict = "contradicted" if negated else "supported"
+        return Finding(text, span, "country_currency", verdict, 0.95,
+                       [kg_evidence(f"{country_id} uses_currency {currency_id}", matching[0].provenance)],
+                       subject=country_id)
+    if facts and not negated:
+        used = ", ".join(f.object or "" for f in facts)
+        return Finding(text, span, "country_currency", "contradicted", 0.85,
+                       [kg_evidence(f"{country_id} uses {used}, not {currency_id}", facts[0].provenance)],
+                       subject=country_id)
+    return Finding(text, span, "country_currency", "unverifiable", 0.5,
+                   [Evidence(kind="kg_fact", description=f"no uses_currency fact for {country_id}")], subject=country_id)
+
+
+# -- list membership -----------------------------------------------------------------------------------
+_NEGATION = re.compile(
+    r"\b(not|no longer|never|removed|delisted|exited|taken off|isn't|aren't|wasn't|weren't|neither|nor)\b|n't\b", re.I
+)
+DEFAULT_LIST_PATTERNS: dict[str, list[str]] = {
+    "list:fatf_call_for_action": [r"black\s?-?list", r"call (?:for|to) action", r"high[- ]risk jurisdictions subject"],
+    "list:fatf_increased_monitoring": [r"gr[ae]y\s?-?list", r"increased monitoring"],
+    "list:eu_high_risk_third_countries": [r"\bEU\b[^.;]{0,40}high[- ]risk", r"high[- ]risk third countr",
+                                          r"2016/1675", r"European Commission'?s?[^.;]{0,30}list"],
+}
+
+
+@validator("finance.list_membership")
+def list_membership(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
+    """"X is on the FATF black list": membership in the dated snapshot that applies to the claim's date."""
+    if doc.kg is None:
+        return []
+    patterns = {list_id: [re.compile(p, re.I) for p in ps]
+                for list_id, ps in (params.get("list_patterns") or DEFAULT_LIST_PATTERNS).items()}
+    stale_days = int(params.get("stale_after_days", 180))
+    findings: list[Finding] = []
+    for sentence in doc.sentences:
+        named = [(list_id, m.start()) for list_id, ps in patterns.items() for p in ps for m in p.finditer(sentence.text)]
+        named += [(m.entity_ids[0], m.start - sentence.start) for m in doc.mentions_in(sentence, ["risk_list"])]
+        if not named:
+            continue
+        list_ids = list(dict.fromkeys(list_id for list_id, _ in sorted(named, key=lambda n: n[1])))
+        countries = doc.mentions_in(sentence, ["country"])
+        claimed_date = stated_date(sentence.text)
+        negated = bool(_NEGATION.search(sentence.text))
+        for country in countries:
+            for list_id in list_ids:
+                findings.append(_judge_membership(doc, country.entity_ids[0], list_id, negated, claimed_date,
+                                                  (country.start, country.end), stale_days))
+    return findings
+
+
+def list_snapshots(doc: Document, list_id: str) -> dict[str, set[str]]:
+    """as_of date -> countries listed in that snapshot (cached per document)."""
+    assert doc.kg is not None
+    cache_key = f"snapshots:{list_id}"
+    if cache_key not in doc.cache:
+        snapshots: dict[str, set[str]] = {}
+        for fact in doc.kg.facts(relation="listed_on", object=list_id):
+            snapshots.setdefault(str(fact.qualifiers.get("as_of", "")), set()).add(fact.subject)
+        doc.cache[cache_key] = snapshots
+    return doc.cache[cache_key]
+
+
+def _judge_membership(doc: Document, country_id: str, list_id: str, negated: bool, claimed: date | None,
+                      span: tuple[int, int], stale_days: int) -> Finding:
+    assert doc.kg is not None
+    text = doc.text[span[0]:span[1]]
+    snapshots = list_snapshots(doc, list_id)
+    list_entity = doc.kg.entity(list_id)
+    list_name = list_entity.name if list_entity else list_id
+    usable = sorted(d for d in snapshots if d and (claimed is None or d <= claimed.isoformat()))
+    if not usable:
+        why = "no snapshot of this list" if not snapshots else f"no snapshot on or before {claimed}"
+        return Finding(text, span, "list_membership", "unverifiable", 0.5,
+                       [Evidence(kind="list_snapshot", description=f"{list_name}: {why}")], subject=country_id)
+    as_of = usable[-1]
+    listed = country_id in snapshots[as_of]
+    fact = next((f for f in doc.kg.facts(country_id, "listed_on", list_id) if str(f.qualifiers.get("as_of")) == as_of), None)
+    provenance = fact.provenance if fact else (list_entity.provenance if list_entity else None)
+    state = "on" if listed else "not on"
+    evidence = [kg_evidence(f"{country_id} is {state} {list_name} in the snapshot as of {as_of}", provenance,
+                            kind="list_snapshot")]
+    evidence[0].as_of = as_of
+    confidence = 0.95
+    if claimed is not None and (claimed - date.fromisoformat(as_of)).days > stale_days:
+        evidence.append(Evidence(kind="list_snapshot", description=f"the claim refers to {claimed.isoformat()[:7]}, "
+                                 f"later than the newest snapshot ({as_of}); the list may have changed"))
+        confidence = 0.7
+    verdict = "supported" if listed != negated else "contradicted"
+    return Finding(text, span, "list_membership", verdict, confidence, evidence, subject=country_id,
+                   meta={"list": list_id, "as_of": as_of})
+
+
+# -- thresholds ----------------------------------------------------------------------------------------
+_THRESHOLD_WORDS = re.compile(r"threshold|exceed|more than|over|above|at least|or more|report|fil(?:e|ing)|limit|"
+                              r"requir|trigger|cap|ceiling|prohibit|record|declare|must", re.I)
+_RANGE_JOIN = re.compile(r"^\s*(?:to|-|–|and|through)\s*$")
+
+
+@validator("finance.thresholds")
+def thresholds(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
+    """Monetary thresholds stated for a regulation against the KG's `threshold` facts."""
+    if doc.kg is None:
+        return []
+    codes = set(iso_currency_codes())
+    findings: list[Finding] = []
+    for sentence in doc.sentences:
+        regulations = doc.mentions_in(sentence, ["regulation"])
+        if not regulations or not _THRESHOLD_WORDS.search(sentence.text):
+            continue
+        amounts = find_money(sentence.text, known_codes=codes)
+        for index, money in enumerate(amounts):
+            previous = amounts[index - 1] if index else None
+            if previous is not None and _RANGE_JOIN.match(sentence.text[previous.end:money.start]):
+                continue  # "$3,000 to $10,000": the threshold is the lower bound of the range
+            start, end = sentence.start + money.start, sentence.start + money.end
+            nearest = min(regulations, key=lambda m: min(abs(m.start - end), abs(m.end - start)))
+            findings.append(_judge_threshold(doc, nearest.entity_ids, money.amount, money.currency,
+                                             (min(start, nearest.start), max(end, nearest.end)), (start, end)))
+    return findings
+
+
+def _judge_threshold(doc: Document, regulation_ids: tuple[str, ...], amount: float, currency_code: str,
+                     span: tuple[int, int], money_span: tuple[int, int]) -> Finding:
+    assert doc.kg is not None
+    text = doc.text[span[0]:span[1]]
+    facts = [f for rid in regulation_ids for f in doc.kg.facts(rid, "threshold")]
+    subject = regulation_ids[0]
+    assertion = (subject, f"threshold:{currency_code}", amount)
+    same_currency = [f for f in facts if str(f.unit).upper() == currency_code]
+    matching = [f for f in same_currency if _close(float(f.value), amount)]
+    if matching:
+        fact = matching[0]
+        return Finding(text, span, "threshold", "supported", 0.95,
+                       [kg_evidence(f"{fact.subject} threshold: {fact.qualifiers.get('comparison', '')} "
+                                    f"{fact.value:,.0f} {fact.unit} ({fact.qualifiers.get('measure', '')})", fact.provenance)],
+                       subject=fact.subject, assertion=assertion)
+    if same_currency:
+        fact = same_currency[0]
+        stated = doc.text[money_span[0]:money_span[1]]
+        return Finding(text, span, "threshold", "contradicted", 0.95,
+                       [kg_evidence(f"{fact.subject} sets {fact.qualifiers.get('comparison', '')} {fact.value:,.0f} "
+                                    f"{fact.unit} ({fact.qualifiers.get('measure', '')}), not {stated}", fact.provenance)],
+                       subject=fact.subject, assertion=assertion)
+    why = "no threshold fact" if not facts else f"thresholds are in {', '.join(sorted({str(f.unit) for f in facts}))}"
+    return Finding(text, span, "threshold", "unverifiable", 0.5,
+                   [Evidence(kind="kg_fact", description=f"{subject}: {why}")], subject=subject, assertion=assertion)
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-6 * max(abs(a), abs(b), 1.0)

@@ -1,0 +1,457 @@
+"""Legal validators: case citations (reporter, edition dates, court, landmark index, documented
+fabrications) and statute / rule references (U.S.C., C.F.R., Fed. R. Civ. P., Fed. R. Evid.) against the KG.
+
+Decision on unknown reporters: a string in citation form ("925 F.3d 1339") whose reporter abbreviation
+exists in no registry (reporters-db knows ~1,300 reporters and ~2,300 variant spellings, including
+regional, state, neutral and Westlaw forms) is judged *contradicted* with confidence 0.8: a well-formed
+citation to a reporter that does not exist is the signature of a fabricated citation. A citation whose
+reporter exists but that nothing offline can confirm stays *unverifiable*.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+import courts_db
+
+from knowledge_graphs.model import Entity, KnowledgeGraph
+from rules.claims import Document
+from rules.report import Evidence
+from rules.validators.base import CitationCheck, Finding, kg_evidence, package_source, validator
+from rules.validators.legal_citations import (
+    CaseCitation,
+    citation_key,
+    edition_dates,
+    find_case_citations,
+)
+
+# Which courts publish in which reporters (court citation strings as courts-db writes them).
+DEFAULT_REPORTER_COURTS: dict[str, str] = {
+    "U.S.": r"^SCOTUS$", "S. Ct.": r"^SCOTUS$", "L. Ed.": r"^SCOTUS$", "L. Ed. 2d": r"^SCOTUS$",
+    "F.": r"Cir\.", "F.2d": r"Cir\.|Ct\. Cl\.|C\.C\.P\.A\.|Emer\. Ct\. App\.", "F.3d": r"Cir\.", "F.4th": r"Cir\.",
+    "F. Supp.": r"^(?:[NSEWMC]\.\s?)?D\.|Ct\. Int'l Trade|Cust\. Ct\.|J\.P\.M\.L\.",
+    "F. Supp. 2d": r"^(?:[NSEWMC]\.\s?)?D\.|Ct\. Int'l Trade|J\.P\.M\.L\.",
+    "F. Supp. 3d": r"^(?:[NSEWMC]\.\s?)?D\.|Ct\. Int'l Trade|J\.P\.M\.L\.",
+}
+
+
+# reporters-db dates the U.S. Reports from 1875, but volumes 1-90 are the renumbered nominative reporters
+# (Dallas, Cranch, Wheaton, ...) back to 1754: "5 U.S. 137 (1803)" is the standard Marbury citation.
+DEFAULT_FIRST_YEARS: dict[str, int] = {"U.S.": 1754}
+
+
+@cache
+def _court_index() -> dict[str, list[dict[str, Any]]]:
+    """Space/punctuation-insensitive citation string -> courts-db records."""
+    index: dict[str, list[dict[str, Any]]] = {}
+    for court in courts_db.load_courts_db():
+        key = re.sub(r"[^a-z0-9]", "", str(court.get("citation_string", "")).casefold())
+        if key:
+            index.setdefault(key, []).append(court)
+    return index
+
+
+@cache
+def _courts_by_id() -> dict[str, list[dict[str, Any]]]:
+    index: dict[str, list[dict[str, Any]]] = {}
+    for court in courts_db.load_courts_db():
+        index.setdefault(str(court.get("id")), []).append(court)
+    return index
+
+
+def resolve_court(court_text: str) -> list[dict[str, Any]]:
+    return _court_index().get(re.sub(r"[^a-z0-9]", "", court_text.casefold()), [])
+
+
+# -- case-name matching ---------------------------------------------------------------------------------
+_NAME_NOISE = frozenset("the of and in re ex parte matter inc co corp ltd llc et al a an for".split())
+
+
+def _party_words(party: str) -> list[str]:
+    return [w for w in re.findall(r"[a-z0-9]+", party.casefold()) if w not in _NAME_NOISE]
+
+
+def _party_keys(name: str) -> tuple[str, str] | None:
+    parts = re.split(r"\s+v\.?\s+", name, maxsplit=1)
+    if len(parts) != 2:
+        return None
+    left, right = _party_words(parts[0]), _party_words(parts[1])
+    if not left or not right:
+        return None
+    return left[0], right[0]
+
+
+def names_match(a: str, b: str) -> bool:
+    """Same case name, tolerant of abbreviation: both first significant words agree, or one name's
+    significant words all occur in the other's."""
+    ka, kb = _party_keys(a), _party_keys(b)
+    if ka and kb and ka == kb:
+        return True
+    wa, wb = set(_party_words(a)), set(_party_words(b))
+    return bool(wa and wb) and (wa <= wb or wb <= wa)
+
+
+def names_clearly_differ(a: str, b: str) -> bool:
+    """A party that no abbreviation, acronym or shortening can explain ("Miranda" for "Brown")."""
+    pa, pb = _parties(a), _parties(b)
+    if pa is None or pb is None:
+        return False
+    return not (_party_similar(pa[0], pb[0]) and _party_similar(pa[1], pb[1]))
+
+
+def _parties(name: str) -> tuple[str, str] | None:
+    parts = re.split(r"\s+v\.?\s+", name, maxsplit=1)
+    return (parts[0], parts[1]) if len(parts) == 2 else None
+
+
+def _party_similar(a: str, b: str) -> bool:
+    wa, wb = _party_words(a), _party_words(b)
+    if not wa or not wb:
+        return True
+    if _abbreviates(wa[0], wb[0]) or _abbreviates(wb[0], wa[0]) or set(wa) <= set(wb) or set(wb) <= set(wa):
+        return True
+    return wa[0] == _initials(b) or wb[0] == _initials(a)   # "NRDC" for "Natural Resources Defense Council"
+
+
+def _abbreviates(short: str, long: str) -> bool:
+    """"bd" abbreviates "board", "educ" abbreviates "education": same first letter, letters in order."""
+    if not short or not long or short[0] != long[0]:
+        return False
+    rest = iter(long)
+    return all(ch in rest for ch in short)
+
+
+def _initials(party: str) -> str:
+    return "".join(w[0] for w in _party_words(party))
+
+
+# -- KG indexes -------------------------------------------------------------------------------------------
+class CaseIndex:
+    def __init__(self, kg: KnowledgeGraph):
+        self.by_citation: dict[str, Entity] = {}
+        self.cases: list[Entity] = list(kg.entities("case"))
+        self.fabricated: list[Entity] = list(kg.entities("fabricated_citation"))
+        self.fabricated_by_citation: dict[str, Entity] = {}
+        for case in self.cases:
+            key = _entity_citation_key(case)
+            if key:
+                self.by_citation[key] = case
+        for fake in self.fabricated:
+            key = _entity_citation_key(fake)
+            if key:
+                self.fabricated_by_citation[key] = fake
+
+    def cases_named(self, name: str) -> list[Entity]:
+        return [c for c in self.cases if any(names_match(name, form) for form in c.surface_forms)]
+
+    def fabricated_named(self, name: str) -> list[Entity]:
+        return [f for f in self.fabricated if names_match(name, f.name)]
+
+
+def _entity_citation_key(entity: Entity) -> str | None:
+    attributes = entity.attributes
+    if attributes.get("volume") and attributes.get("reporter") and attributes.get("page"):
+        return citation_key(str(attributes["volume"]), str(attributes["reporter"]), str(attributes["page"]))
+    citation = str(attributes.get("citation") or "")
+    found = find_case_citations(citation) if citation else []
+    return found[0].key if found else None
+
+
+@cache
+def _case_index(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> CaseIndex:
+    return CaseIndex(kg)
+
+
+def case_index(kg: KnowledgeGraph) -> CaseIndex:
+    return _case_index(id(kg), kg.version, kg)
+
+
+# -- case citations ---------------------------------------------------------------------------------------
+@validator("legal.case_citation")
+def case_citation(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
+    """Every case citation: documented fabrication, landmark index, reporter, edition dates, court."""
+    reporter_courts = {**DEFAULT_REPORTER_COURTS, **(params.get("reporter_courts") or {})}
+    first_years = {**DEFAULT_FIRST_YEARS, **(params.get("edition_first_year") or {})}
+    unknown_reporter_confidence = float(params.get("unknown_reporter_confidence", 0.8))
+    index = case_index(doc.kg) if doc.kg is not None else None
+    findings = []
+    for citation in _citations(doc):
+        findings.append(_judge_case(doc, citation, index, reporter_courts, first_years, unknown_reporter_confidence))
+    return findings
+
+
+def _citations(doc: Document) -> list[CaseCitation]:
+    if "case_citations" not in doc.cache:
+        doc.cache["case_citations"] = find_case_citations(doc.text)
+    return doc.cache["case_citations"]
+
+
+def _judge_case(doc: Document, citation: CaseCitation, index: CaseIndex | None, reporter_courts: dict[str, str],
+                first_years: dict[str, int], unknown_reporter_confidence: float) -> Finding:
+    start = citation.start
+    if citation.case_name:
+        name_at = doc.text.rfind(citation.case_name, max(0, citation.start - 250), citation.start)
+        start = name_at if name_at >= 0 else start
+    span = (start, citation.end)
+    text = doc.text[span[0]:span[1]]
+    contradictions: list[tuple[float, Evidence]] = []
+    support: list[Evidence] = []
+    notes: list[Evidence] = []
+    supports_claim: bool | None = None
+    resolution = "unconfirmed"
+    subject: str | None = None
+
+    # 1. documented fabrications (sanctions orders)
+    if index is not None:
+        fake = index.fabricated_by_citation.get(citation.key)
+        if fake is None and citation.case_name:
+            named = index.fabricated_named(citation.case_name)
+            fake = named[0] if named else None
+        if fake is not None:
+            subject = fake.id
+            documented = doc.kg.facts(fake.id, "fabrication_documented_in") if doc.kg is not None else []
+            order = str(documented[0].value) if documented else str(fake.attributes.get("found_in", ""))
+            contradictions.append((0.99, kg_evidence(
+                f"documented fabricated citation: {fake.name}, {fake.attributes.get('citation', '')}; {order}",
+                documented[0].provenance if documented else fake.provenance, kind="fabrication")))
+            resolution = "invalid"
+
+    # 2. reporter exists, year inside the edition's dates
+    dates = edition_dates(citation.reporter) if citation.known_reporter else None
+    if not citation.known_reporter:
+        contradictions.append((unknown_reporter_confidence, Evidence(
+            kind="registry", description=f"reporter {citation.reporter!r} exists in no reporter registry",
+            source=package_source("reporters-db"), locator="reporters_db.EDITIONS / VARIATIONS_ONLY")))
+        resolution = "invalid"
+    elif dates is not None:
+        first, last, reporter_name = dates
+        if citation.reporter in first_years:
+            first = datetime(first_years[citation.reporter], 1, 1)
+        if citation.year is not None and not _year_in(citation.year, first, last):
+            span_text = f"{first.year if first else '?'}-{last.year if last else 'present'}"
+            contradictions.append((0.95, Evidence(
+                kind="registry", description=f"{citation.reporter} ({reporter_name}) covers {span_text}; "
+                f"a {citation.year} decision cannot be reported there",
+                source=package_source("reporters-db"), locator=f"reporters_db.REPORTERS[{citation.reporter!r}].editions")))
+            resolution = "invalid"
+
+    # 3. court exists and publishes in this reporter
+    if citation.court_text:
+        courts = resolve_court(citation.court_text)
+        allowed = reporter_courts.get(citation.reporter)
+        if courts and allowed and not any(re.search(allowed, str(c.get("citation_string", ""))) for c in courts):
+            contradictions.append((0.85, Evidence(
+                kind="registry", description=f"{citation.court_text} ({courts[0].get('name')}) does not publish in "
+                f"{citation.reporter}", source=package_source("courts-db"), locator="courts_db citation_string")))
+        elif not courts:
+            notes.append(Evidence(kind="registry", description=f"court {citation.court_text!r} not found in courts-db",
+                                  source=package_source("courts-db"), locator="courts_db citation_string"))
+
+    # 4. landmark index: the citation's record must agree with the name, year and court the text gives
+    if index is not None and resolution != "invalid":
+        record = index.by_citation.get(citation.key)
+        if record is not None:
+            subject = record.id
+            resolution = "resolved"
+            mismatches = _record_mismatches(doc, citation, record)
+            if mismatches:
+                supports_claim = False
+                contradictions.extend((0.9, kg_evidence(m, record.provenance)) for m in mismatches)
+            else:
+                supports_claim = True
+                support.append(kg_evidence(f"{record.name}, {record.attributes.get('citation', '')} "
+                                           f"({record.attributes.get('year', '')})", record.provenance))
+        elif citation.case_name:
+            for case in index.cases_named(citation.case_name):
+                subject = case.id
+                mismatches = _misplaced(citation, case, reporter_courts)
+                if mismatches:
+                    supports_claim = False
+                    contradictions.extend((0.9, kg_evidence(m, case.provenance)) for m in mismatches)
+                    break
+
+    if contradictions:
+        confidence = max(c for c, _ in contradictions)
+        evidence = [e for _, e in contradictions] + notes
+        return Finding(text, span, "case_citation", "contradicted", confidence, evidence, subject=subject,
+                       citation=CitationCheck("case", resolution, supports_claim))  # type: ignore[arg-type]
+    if support:
+        return Finding(text, span, "case_citation", "supported", 0.95, support + notes, subject=subject,
+                       citation=CitationCheck("case", "resolved", True))
+    description = (f"well-formed citation to {citation.reporter} that no offline source confirms"
+                   if citation.known_reporter else "citation could not be checked")
+    return Finding(text, span, "case_citation", "unverifiable", 0.5,
+                   [Evidence(kind="registry", description=description, source=package_source("reporters-db"),
+                             locator="reporters_db.EDITIONS"), *notes],
+                   subject=subject, citation=CitationCheck("case", "unconfirmed", None))
+
+
+def _year_in(year: int, first: datetime | None, last: datetime | None) -> bool:
+    return (first is None or year >= first.year) and (last is None or year <= last.year)
+
+
+def _record_mismatches(doc: Document, citation: CaseCitation, record: Entity) -> list[str]:
+    out = []
+    cited = record.attributes.get("citation", citation.key)
+    full_names = [form for form in record.surface_forms if re.search(r"\sv\.?\s", form)] or [record.name]
+    if citation.case_name and all(names_clearly_differ(citation.case_name, form) for form in full_names):
+        out.append(f"{cited} is {record.name}, not {citation.case_name}")
+    year = record.attributes.get("year")
+    if citation.year is not None and year and int(year) != citation.year:
+        out.append(f"{record.name}, {cited} was decided in {year}, not {citation.year}")
+    court = record.attributes.get("court")
+    if citation.court_text and court:
+        courts = resolve_court(citation.court_text)
+        if courts and all(c.get("id") != court for c in courts):
+            out.append(f"{record.name} was decided by {court}, not {citation.court_text}")
+    return out
+
+
+def _misplaced(citation: CaseCitation, case: Entity, reporter_courts: dict[str, str]) -> list[str]:
+    """A landmark case cited by name with the wrong volume/page in its own reporter, the wrong year, or a
+    reporter its court does not publish in (a Supreme Court case "reported" in F.2d)."""
+    out = []
+    attributes = case.attributes
+    cited = attributes.get("citation", "")
+    if str(attributes.get("reporter", "")) == citation.reporter and (
+        str(attributes.get("volume")) != citation.volume or str(attributes.get("page")) != citation.page
+    ):
+        out.append(f"{case.name} is reported at {cited}, not {citation.volume} {citation.reporter} {citation.page}")
+    allowed = reporter_courts.get(citation.reporter)
+    court = attributes.get("court")
+    if allowed and court:
+        records = _courts_by_id().get(str(court), [])
+        if records and not any(re.search(allowed, str(r.get("citation_string", ""))) for r in records):
+            out.append(f"{case.name} ({cited}) was decided by {records[0].get('name')}, which does not publish in "
+                       f"{citation.reporter}")
+    year = attributes.get("year")
+    if citation.year is not None and year and int(year) != citation.year and (
+        str(attributes.get("reporter", "")) == citation.reporter or not out
+    ):
+        out.append(f"{case.name} ({cited}) was decided in {year}, not {citation.year}")
+    return out
+
+
+# -- statutes and rules -----------------------------------------------------------------------------------
+_SUBSECTIONS = r"(?P<sub>(?:\([a-zA-Z0-9]{1,4}\))*)"
+_STATUTE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("usc", re.compile(r"\b(?P<title>\d{1,2})\s+U\.?\s?S\.?\s?C\.?(?:\s?A\.?)?\s*(?:§§?|[Ss]ec(?:tion|\.)?)?\s*"
+                       r"(?P<section>\d+[a-zA-Z]?(?:-\d+[a-z]?)?)" + _SUBSECTIONS)),
+    ("cfr", re.compile(r"\b(?P<title>\d{1,2})\s+C\.?\s?F\.?\s?R\.?\s*(?:§§?|[Pp]art|[Ss]ec(?:tion|\.)?)?\s*"
+                       r"(?P<section>\d+(?:\.\d+[a-zA-Z]?(?:-\d+[a-z]?)?)?)" + _SUBSECTIONS)),
+    ("frcp", re.compile(r"\bFed(?:eral|\.)?\s?R(?:ule|\.)?\s?(?:of\s)?Civ(?:il|\.)?\s?P(?:roc(?:edure|\.)?|\.)?\s*"
+                        r"(?P<section>\d+)" + _SUBSECTIONS)),
+    ("fre", re.compile(r"\bFed(?:eral|\.)?\s?R(?:ule|\.)?\s?(?:of\s)?Evid(?:ence|\.)?\s*(?P<section>\d+)" + _SUBSECTIONS)),
+    ("frcp", re.compile(r"\bRule\s+(?P<section>\d+)" + _SUBSECTIONS + r"\s+of\s+the\s+Federal\s+Rules\s+of\s+Civil\s+Procedure")),
+    ("fre", re.compile(r"\bRule\s+(?P<section>\d+)" + _SUBSECTIONS + r"\s+of\s+the\s+Federal\s+Rules\s+of\s+Evidence")),
+]
+
+
+def statute_keys(text: str) -> list[tuple[int, int, tuple[str, str, str], str]]:
+    """(start, end, (code, title, section), subsections) for every statute reference in `text`."""
+    out: list[tuple[int, int, tuple[str, str, str], str]] = []
+    for code, pattern in _STATUTE_PATTERNS:
+        for match in pattern.finditer(text):
+            if any(s < match.end() and match.start() < e for s, e, *_ in out):
+                continue
+            title = match.groupdict().get("title") or ""
+            out.append((match.start(), match.end(), (code, title, match.group("section").casefold()),
+                        (match.group("sub") or "").casefold()))
+    return sorted(out)
+
+
+class StatuteIndex:
+    def __init__(self, kg: KnowledgeGraph):
+        self.exact: dict[tuple[tuple[str, str, str], str], Entity] = {}
+        self.sections: dict[tuple[str, str, str], list[Entity]] = {}
+        for entity in kg.entities("statute"):
+            for form in entity.surface_forms:
+                for _, _, key, sub in statute_keys(form):
+                    self.exact.setdefault((key, sub), entity)
+                    bucket = self.sections.setdefault(key, [])
+                    if entity not in bucket:
+                        bucket.append(entity)
+
+    def resolve(self, key: tuple[str, str, str], sub: str) -> Entity | None:
+        if (key, sub) in self.exact:
+            return self.exact[(key, sub)]
+        # "Fed. R. Civ. P. 12(b)(6)" resolves to a KG "Fed. R. Civ. P. 12" (and vice versa)
+        for candidate_sub in _parents(sub):
+            if (key, candidate_sub) in self.exact:
+                return self.exact[(key, candidate_sub)]
+        candidates = self.sections.get(key, [])
+        return candidates[0] if candidates else None
+
+
+def _parents(sub: str) -> list[str]:
+    parts = re.findall(r"\([^)]*\)", sub)
+    return ["".join(parts[:n]) for n in range(len(parts) - 1, -1, -1)]
+
+
+@cache
+def _statute_index(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> StatuteIndex:
+    return StatuteIndex(kg)
+
+
+_CODE_NAMES = {"usc": "U.S.C.", "cfr": "C.F.R.", "frcp": "Fed. R. Civ. P.", "fre": "Fed. R. Evid."}
+
+
+@validator("legal.statute")
+def statute(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
+    """Statute and rule references resolve against the KG; a named act must match the section cited."""
+    index = _statute_index(id(doc.kg), doc.kg.version, doc.kg) if doc.kg is not None else None
+    findings: list[Finding] = []
+    for start, end, key, sub in statute_keys(doc.text):
+        text = doc.text[start:end]
+        span = (start, end)
+        record = index.resolve(key, sub) if index is not None else None
+        sentence = doc.sentence_of(start)
+        named = _named_statutes(doc, sentence, span)
+        if record is None:
+            wrong = [n for n in named if any(k[0] == key[0] and k[1] == key[1] for k in _keys_of(n))]
+            if wrong:
+                return_f = Finding(text, span, "statute", "contradicted", 0.85,
+                                   [kg_evidence(f"{wrong[0].name} is not {text}", wrong[0].provenance)],
+                                   subject=wrong[0].id, citation=CitationCheck("statute", "unconfirmed", False))
+                findings.append(return_f)
+                continue
+            findings.append(Finding(text, span, "statute", "unverifiable", 0.5,
+                                    [Evidence(kind="kg_fact", description=f"{text} is not in the KG's statute index")],
+                                    citation=CitationCheck("statute", "unconfirmed", None)))
+            continue
+        others = [n for n in named if n.id != record.id]
+        if others and len(statute_keys(sentence.text)) == 1:
+            findings.append(Finding(text, span, "statute", "contradicted", 0.85,
+                                    [kg_evidence(f"{text} is {record.name}; {others[0].name} is a different provision",
+                                                 record.provenance)],
+                                    subject=record.id, citation=CitationCheck("statute", "resolved", False)))
+            continue
+        description = record.attributes.get("title") or record.attributes.get("short_description") or ""
+        findings.append(Finding(text, span, "statute", "supported", 0.9,
+                                [kg_evidence(f"{record.name}: {description}".rstrip(": "), record.provenance)],
+                                subject=record.id, citation=CitationCheck("statute", "resolved", True)))
+    return findings
+
+
+def _named_statutes(doc: Document, sentence: Any, citation_span: tuple[int, int]) -> list[Entity]:
+    """Statutes named (not cited) in the sentence: alias mentions outside every citation span."""
+    if doc.kg is None:
+        return []
+    cited = [(sentence.start + s, sentence.start + e) for s, e, *_ in statute_keys(sentence.text)]
+    out: list[Entity] = []
+    for mention in doc.mentions_in(sentence, ["statute"]):
+        if any(s < mention.end and mention.start < e for s, e in cited) or re.search(r"\d", mention.text):
+            continue
+        for entity_id in mention.entity_ids:
+            entity = doc.kg.entity(entity_id)
+            if entity is not None and entity not in out:
+                out.append(entity)
+    return out
+
+
+def _keys_of(entity: Entity) -> list[tuple[str, str, str]]:
+    return [key for form in entity.surface_forms for _, _, key, _ in statute_keys(form)]

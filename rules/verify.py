@@ -1,0 +1,135 @@
+"""`verify(text, domain)`: run a domain's rule pack over a text and assemble the `Report`.
+
+Findings from several rules about the same claim (same span and kind) merge into one claim:
+contradicted if any rule contradicts it, else supported if any rule supports it, else unverifiable.
+KGs, packs, automata and registries are loaded once per process (module-level caches), so a call costs
+one pass of each validator over the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from knowledge_graphs.model import KnowledgeGraph
+from rules.claims import Document
+from rules.packs import DOMAINS, RulePack, load_pack
+from rules.report import Citation, Claim, Evidence, GateAction, Report, Versions
+from rules.scores import citation_confidence, factual_error_rate, joint_score
+from rules.validators import EVALUATOR_VERSION, VALIDATORS, Finding
+from rules.validators.base import package_version
+
+
+class UnknownDomainError(ValueError):
+    """The domain has no rule pack."""
+
+
+class EmptyTextError(ValueError):
+    """Nothing to verify."""
+
+
+# Packages whose data or code decide verdicts; their versions go into every report.
+_DECIDING_PACKAGES = ("eyecite", "reporters-db", "courts-db", "python-stdnum", "schwifty", "pycountry",
+                      "simple-icd-10-cm", "drug-named-entity-recognition")
+
+
+def _load_kg(domain: str) -> KnowledgeGraph | None:
+    from knowledge_graphs import load_kg
+
+    return load_kg(domain)
+
+
+def verify(
+    text: str,
+    domain: str,
+    *,
+    prompt: str | None = None,
+    pack: RulePack | str | Path | None = None,
+    intent: str | None = None,
+    kg: KnowledgeGraph | None = None,
+) -> Report:
+    """Extract the checkable claims of `text` and judge each against the domain's validators.
+
+    `pack` is a loaded RulePack, a path to a pack file, or None for the bundled pack of `domain`;
+    `intent` restricts the rules to those that apply to it; `kg` overrides `knowledge_graphs.load_kg(domain)`.
+    """
+    if domain not in DOMAINS:
+        raise UnknownDomainError(f"unknown domain {domain!r} (known: {', '.join(DOMAINS)})")
+    if not text or not text.strip():
+        raise EmptyTextError("nothing to verify: the text is empty")
+    rule_pack = pack if isinstance(pack, RulePack) else load_pack(pack if pack is not None else domain)
+    if rule_pack.domain != domain:
+        raise UnknownDomainError(f"rule pack is for {rule_pack.domain!r}, not {domain!r}")
+    graph = kg if kg is not None else _load_kg(domain)
+    doc = Document(text=text, domain=domain, kg=graph, prompt=prompt)
+
+    tagged: list[tuple[str, Finding]] = []
+    doc.cache["findings"] = []
+    for rule in rule_pack.rules_for(intent):
+        for finding in VALIDATORS[rule.validator](doc, rule.parameters):
+            for item in finding.evidence:
+                item.rule_id = item.rule_id or rule.id
+            tagged.append((rule.id, finding))
+            doc.cache["findings"].append(finding)
+    return _assemble(domain, tagged, rule_pack, graph)
+
+
+def verify_many(texts: Iterable[str], domain: str, **kwargs: object) -> list[Report]:
+    """Verify several texts with the same pack and KG (loaded once)."""
+    return [verify(text, domain, **kwargs) for text in texts]  # type: ignore[arg-type]
+
+
+def _assemble(domain: str, tagged: list[tuple[str, Finding]], pack: RulePack, kg: KnowledgeGraph | None) -> Report:
+    groups: dict[tuple[int, int, str], list[tuple[str, Finding]]] = {}
+    for rule_id, finding in tagged:
+        groups.setdefault((finding.span[0], finding.span[1], finding.kind), []).append((rule_id, finding))
+    claims: list[Claim] = []
+    citations: list[Citation] = []
+    gate_actions: list[GateAction] = []
+    for key in sorted(groups):
+        members = groups[key]
+        claim, deciding = _merge(members)
+        index = len(claims)
+        claims.append(claim)
+        cited = next((f for _, f in members if f.citation is not None), None)
+        if cited is not None and cited.citation is not None:
+            check = next((f.citation for _, f in deciding if f.citation is not None), cited.citation)
+            citations.append(Citation(text=claim.text, span=claim.span, kind=check.kind, resolution=check.resolution,
+                                      supports_claim=check.supports_claim, claim_index=index))
+        if claim.verdict == "contradicted":
+            for rule_id in claim.rule_ids:
+                rule = pack.rule(rule_id)
+                gate_actions.append(GateAction(claim_index=index, rule_id=rule_id, severity=rule.severity,
+                                               on_fail=rule.on_fail))
+    fer = factual_error_rate(claims)
+    rc = citation_confidence(citations)
+    versions = Versions(
+        kg=kg.version if kg is not None else None,
+        rule_pack=pack.hash,
+        packages={name: package_version(name) for name in _DECIDING_PACKAGES},
+        evaluator=EVALUATOR_VERSION,
+    )
+    return Report(domain=domain, claims=claims, citations=citations, fer=fer, citation_confidence=rc,
+                  joint_score=joint_score(fer, rc), versions=versions, gate_actions=gate_actions)
+
+
+def _merge(members: list[tuple[str, Finding]]) -> tuple[Claim, list[tuple[str, Finding]]]:
+    """One claim from the findings of several rules; returns it and the findings that decided it."""
+    for verdict in ("contradicted", "supported", "unverifiable"):
+        deciding = [(r, f) for r, f in members if f.verdict == verdict]
+        if deciding:
+            break
+    first = deciding[0][1]
+    evidence: list[Evidence] = [e for _, f in deciding for e in f.evidence]
+    evidence += [e for _, f in members if f.verdict != first.verdict for e in f.evidence]
+    claim = Claim(
+        text=first.text,
+        span=first.span,
+        kind=first.kind,
+        verdict=first.verdict,  # type: ignore[arg-type]
+        confidence=round(max(f.confidence for _, f in deciding), 4),
+        evidence=evidence,
+        rule_ids=list(dict.fromkeys(r for r, _ in deciding)),
+        subject=next((f.subject for _, f in deciding if f.subject), None),
+    )
+    return claim, deciding

@@ -1,0 +1,99 @@
+"""Operations: health/ready/metrics, development mode, `auditor serve` binding, migrations vs models."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from fastapi.testclient import TestClient
+
+from auditor.app import create_app
+from auditor.db import Database
+from auditor.models import Base
+from tests.auditor.conftest import FakeEngine, make_settings
+
+CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_health_ready_and_metrics(client: TestClient) -> None:
+    assert client.get("/health").json() == {"status": "ok"}
+    assert client.get("/ready").json()["audit_store"] == "ok"
+    client.post("/v1/chat/completions", json=CHAT, headers={"X-Intent": "medical-diagnosis"})
+    metrics = client.get("/metrics").text
+    assert 'auditor_requests_total{endpoint="chat",status="completed"} 1.0' in metrics
+    assert 'auditor_gate_decisions_total{action="annotate",stage="input"} 1.0' in metrics
+    assert "auditor_e2e_request_latency_seconds_count 1.0" in metrics
+    assert "auditor_time_to_first_token_seconds_count 1.0" in metrics
+    assert "auditor_audit_write_seconds_count 1.0" in metrics
+    assert "auditor_engine_requests_total 1.0" in metrics     # engine.stats() as gauges
+
+
+def test_two_apps_have_separate_registries(app_factory) -> None:
+    first, second = app_factory(), app_factory()
+    first.post("/v1/chat/completions", json=CHAT)
+    assert "auditor_requests_total{" not in second.get("/metrics").text
+
+
+def test_health_is_503_before_startup(sqlite_url: str) -> None:
+    client = TestClient(create_app(make_settings(sqlite_url), engine=FakeEngine()))  # lifespan not entered
+    assert client.get("/health").status_code == 503
+
+
+def test_development_mode_ignores_bearer_tokens_and_warns(sqlite_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="auditor"), \
+            TestClient(create_app(make_settings(sqlite_url), engine=FakeEngine())) as client:
+        response = client.post("/v1/chat/completions", json=CHAT, headers={"Authorization": "Bearer anything"})
+    assert response.status_code == 200
+    assert any("development mode" in r.message for r in caplog.records)
+
+
+def test_serve_binds_loopback_without_keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import uvicorn
+
+    from auditor.cli import main
+    from auditor.settings import get_settings
+
+    calls = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.update(kwargs))
+    monkeypatch.setenv("AUDITOR_DATABASE_URL", f"sqlite:///{tmp_path / 'serve.db'}")
+    monkeypatch.setenv("AUDITOR_MODEL_PATH", str(tmp_path))
+    get_settings.cache_clear()
+    try:
+        assert main(["serve", "--host", "0.0.0.0", "--port", "8123"]) == 0
+    finally:
+        get_settings.cache_clear()
+    assert calls["host"] == "127.0.0.1" and calls["port"] == 8123
+
+
+def test_migrations_match_the_models(database: Database) -> None:
+    import auditor.jobs_models  # noqa: F401 - the workers' tables live on the same Base
+
+    with database.engine.connect() as conn:
+        diffs = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    assert diffs == []
+
+
+def test_completions_stream(client: TestClient) -> None:
+    with client.stream("POST", "/v1/completions", json={"model": "fake-model", "prompt": "Hi", "stream": True,
+                                                         "max_tokens": 4}) as response:
+        body = response.read().decode()
+    assert body.rstrip().endswith("data: [DONE]")
+    assert '"object": "text_completion"' in body and "Metformin" in body
+
+
+def test_serve_without_a_model_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from auditor.cli import main
+    from auditor.settings import get_settings
+
+    monkeypatch.setenv("AUDITOR_DATABASE_URL", f"sqlite:///{tmp_path / 'serve.db'}")
+    monkeypatch.setenv("AUDITOR_MODEL_PATH", str(tmp_path / "missing"))
+    get_settings.cache_clear()
+    try:
+        assert main(["serve"]) == 2
+    finally:
+        get_settings.cache_clear()
+    assert capsys.readouterr().err.startswith("auditor serve: error: no model at")

@@ -1,0 +1,96 @@
+"""The /v1/reaudits API on the in-process pool (no broker): 422s in the OpenAI error shape, a job
+run to its summary, cancel/resume/404/409."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from auditor.api import reaudits
+from tests.auditor.scoring_doubles import append_output
+
+
+@pytest.fixture
+def api(app_factory, monkeypatch):
+    monkeypatch.setenv("AUDITOR_WORKER_EVALUATOR", "tests.auditor.scoring_doubles:MarkerEvaluator")
+    client = app_factory()
+    client.app.include_router(reaudits.router)   # see the report: one line in create_app
+    yield client
+    queue = getattr(client.app.state, "task_queue", None)
+    if queue is not None:
+        queue.shutdown()
+
+
+def _wait_done(client, job_id: str, timeout_s: float = 20.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        body = client.get(f"/v1/reaudits/{job_id}").json()
+        if body["status"] != "running":
+            return body
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} still running: {body}")
+
+
+@pytest.mark.parametrize(("body", "param", "code"), [
+    ({"filter": {"colour": "red"}}, "filter.colour", "unknown_field"),
+    ({"filter": {"domain": "finance"}, "priority": "high"}, "priority", "unknown_field"),
+    ({"filter": {"fer_min": 3}}, "filter.fer_min", "invalid_parameter"),
+    ({}, "filter", "invalid_parameter"),
+    ({"filter": {}, "import_id": "x"}, "filter", "invalid_parameter"),
+])
+def test_bad_reaudit_requests_get_422_in_the_openai_error_shape(api, body, param, code) -> None:
+    response = api.post("/v1/reaudits", json=body)
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", code, param)
+    assert error["message"]
+
+
+def test_job_runs_to_a_summary_and_its_evaluations_show_on_the_record(api) -> None:
+    database = api.app.state.services.database
+    flipped = append_output(database, "[false] Rates rose in 2022.",
+                            claims=[{"text": "Rates rose in 2022.", "verdict": "supported"}], fer=0.0)
+    append_output(database, "Gold is a metal.", fer=0.0)
+    created = api.post("/v1/reaudits", json={"filter": {"domain": "finance"}, "chunk_size": 1})
+    assert created.status_code == 202
+    job = created.json()
+    assert job["object"] == "reaudit" and job["progress"]["total"] == 2 and job["filter"] == {"domain": "finance"}
+    done = _wait_done(api, job["id"])
+    assert done["status"] == "done"
+    assert {k: done["progress"][k] for k in ("done", "failed", "pending", "eta_s")} == \
+        {"done": 2, "failed": 0, "pending": 0, "eta_s": None}
+    assert done["summary"]["verdict_changes"]["total"] == 1
+    assert done["summary"]["gate_action_changes"]["listed"] == [{"record_id": flipped, "before": "allow",
+                                                                 "after": "block"}]
+    record = api.get(f"/v1/audits/{flipped}").json()
+    assert [(e["job_id"], e["status"], e["fer"]) for e in record["evaluations"]] == [(job["id"], "done", 1.0)]
+
+    conflict = api.post(f"/v1/reaudits/{job['id']}/cancel")
+    assert conflict.status_code == 409 and conflict.json()["error"]["code"] == "reaudit_finished"
+    missing = api.get("/v1/reaudits/no-such-job")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "reaudit_not_found"
+
+
+def test_cancel_then_resume_over_http(api) -> None:
+    database = api.app.state.services.database
+    for i in range(3):
+        append_output(database, f"Statement {i}.")
+    # A queue that holds chunks until released, so the cancel lands before any work.
+    held: list[tuple[str, int]] = []
+
+    class HoldingQueue:
+        def enqueue_score(self, outbox_id: int, record_id: str) -> None:
+            raise AssertionError("not used")
+
+        def enqueue_chunk(self, job_id: str, chunk: int) -> None:
+            held.append((job_id, chunk))
+
+    api.app.state.task_queue = HoldingQueue()
+    job = api.post("/v1/reaudits", json={"filter": {}}).json()
+    cancelled = api.post(f"/v1/reaudits/{job['id']}/cancel").json()
+    assert cancelled["status"] == "cancelled" and cancelled["cancelled_at"] is not None
+    del api.app.state.task_queue   # back to the real in-process pool
+    resumed = api.post(f"/v1/reaudits/{job['id']}/resume")
+    assert resumed.status_code == 200 and resumed.json()["status"] == "running"
+    assert _wait_done(api, job["id"])["progress"]["done"] == 3

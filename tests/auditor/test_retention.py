@@ -1,0 +1,66 @@
+"""Retention purges on SQLite and PostgreSQL: content goes, tombstones stay verifiable, holds exempt."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import text
+
+from auditor import chain
+from auditor.audit_log import NewRecord, append_record
+from auditor.db import Database
+from auditor.models import utcnow
+from auditor.retention import place_hold, purge_expired, release_hold
+from tests.auditor.conftest import TEST_HMAC_KEY, make_settings
+
+KEY = TEST_HMAC_KEY.encode()
+
+
+def _add(database: Database, domain: str, tenant: str = "acme") -> str:
+    record = NewRecord(tenant=tenant, status="completed", domain=domain, prompt=f"{domain} question",
+                       output=f"{domain} answer", delivered_output=f"{domain} answer",
+                       claims=[{"text": "c", "verdict": "supported"}])
+    return append_record(database, record, hmac_key=KEY, checkpoint_interval=5).id
+
+
+def _verify(database: Database) -> chain.ChainReport:
+    with database.engine.connect() as conn:
+        return chain.verify_chain(conn, KEY)
+
+
+def test_purge_keeps_tombstones_verifiable_and_honours_holds(database: Database, database_url: str) -> None:
+    settings = make_settings(database_url, retention_days={"medical": 30}, default_retention_days=None)
+    medical, finance, held = _add(database, "medical"), _add(database, "finance"), _add(database, "medical", "hold-co")
+    with database.session() as session:
+        hold = place_hold(session, tenant="hold-co", reason="litigation 2026-17")
+
+    assert purge_expired(database, settings).purged_ids == []          # nothing is 30 days old yet
+    later = utcnow() + timedelta(days=31)
+    result = purge_expired(database, settings, now=later)
+    assert result.purged_ids == [medical] and result.held_ids == [held]
+
+    with database.engine.connect() as conn:
+        rows = {r.id: r for r in conn.execute(text("SELECT id, prompt, output, claims, prompt_sha256, purged_at "
+                                                   "FROM audit_records"))}
+        marker = conn.execute(text("SELECT kind, details FROM audit_records WHERE id = :i"),
+                              {"i": result.purge_record_id}).one()
+        purges = conn.execute(text("SELECT records_purged, records_held FROM purges")).one()
+    assert rows[medical].prompt is None and rows[medical].claims is None and rows[medical].purged_at is not None
+    assert rows[medical].prompt_sha256 == chain.sha256_text("medical question")   # tombstone keeps the digest
+    assert rows[finance].prompt == "finance question" and rows[held].prompt == "medical question"
+    assert marker.kind == "purge" and tuple(purges) == (1, 1)
+    report = _verify(database)
+    assert report.ok, report.problem
+
+    with database.session() as session:
+        release_hold(session, hold.id)
+    assert purge_expired(database, settings, now=later).purged_ids == [held]
+    assert _verify(database).ok
+
+
+def test_content_removed_outside_a_purge_is_named(database: Database) -> None:
+    record_id = _add(database, "medical")
+    with database.engine.begin() as conn:
+        conn.execute(text("UPDATE audit_records SET prompt = NULL, output = NULL, purged_at = created_at"))
+    report = _verify(database)
+    assert (report.problem.kind, report.problem.record_id) == ("unauthorised_purge", record_id)

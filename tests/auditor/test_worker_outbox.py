@@ -1,0 +1,95 @@
+"""Outbox dispatcher: every committed record's scoring work is published, re-published until
+acknowledged, and never published twice in one pass by concurrent dispatchers."""
+
+from __future__ import annotations
+
+import threading
+
+from sqlalchemy import func, select
+
+from auditor import outbox, scoring
+from auditor.jobs_models import OutboxInflight
+from auditor.models import OutboxMessage
+from tests.auditor.scoring_doubles import MarkerEvaluator, append_output
+
+
+class Recorder:
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.sent: list[tuple[int, str]] = []
+        self.fail_after = fail_after
+        self.lock = threading.Lock()
+
+    def __call__(self, outbox_id: int, record_id: str) -> None:
+        with self.lock:
+            if self.fail_after is not None and len(self.sent) >= self.fail_after:
+                raise ConnectionError("broker unreachable")
+            self.sent.append((outbox_id, record_id))
+
+
+def _inflight(database) -> int:
+    with database.session() as session:
+        return session.execute(select(func.count()).select_from(OutboxInflight)).scalar_one()
+
+
+def test_new_rows_are_published_once_and_stay_in_flight_until_scored(database) -> None:
+    records = [append_output(database, f"Statement {i}.") for i in range(5)]
+    publish = Recorder()
+    assert outbox.dispatch_once(database, publish).published == 5
+    assert sorted(r for _, r in publish.sent) == sorted(records)
+    assert outbox.dispatch_once(database, publish).published == 0   # already dispatched
+    assert _inflight(database) == 5
+    with database.session() as session:
+        assert session.execute(select(func.count()).select_from(OutboxMessage)
+                               .where(OutboxMessage.dispatched_at.is_(None))).scalar_one() == 0
+
+    for outbox_id, record_id in publish.sent[:3]:
+        request = scoring.ScoreRequest(record_id, on_commit=[outbox.acknowledge_hook(outbox_id)])
+        scoring.score_record(database, MarkerEvaluator(), request)
+    assert _inflight(database) == 2
+
+
+def test_unacknowledged_rows_are_published_again_after_the_redelivery_delay(database) -> None:
+    for i in range(4):
+        append_output(database, f"Statement {i}.")
+    first = Recorder()
+    outbox.dispatch_once(database, first)
+    # The broker lost everything (e.g. Redis restarted); one message had been scored before that.
+    outbox_id, record_id = first.sent[0]
+    scoring.score_record(database, MarkerEvaluator(),
+                         scoring.ScoreRequest(record_id, on_commit=[outbox.acknowledge_hook(outbox_id)]))
+    assert outbox.dispatch_once(database, Recorder(), redeliver_after_s=3600).redelivered == 0
+    again = Recorder()
+    result = outbox.dispatch_once(database, again, redeliver_after_s=0)
+    assert result.redelivered == 3
+    assert sorted(again.sent) == sorted(first.sent[1:])
+    with database.session() as session:
+        attempts = session.execute(select(OutboxMessage.attempts).where(OutboxMessage.id == again.sent[0][0])).scalar()
+    assert attempts == 2
+
+
+def test_broker_failure_keeps_unpublished_rows_for_the_next_pass(database) -> None:
+    records = [append_output(database, f"Statement {i}.") for i in range(5)]
+    flaky = Recorder(fail_after=2)
+    result = outbox.dispatch_once(database, flaky)
+    assert (result.published, result.failed) == (2, True)
+    healthy = Recorder()
+    assert outbox.dispatch_once(database, healthy).published == 3
+    assert sorted(r for _, r in flaky.sent + healthy.sent) == sorted(records)
+
+
+def test_concurrent_dispatchers_publish_each_row_exactly_once(database) -> None:
+    records = [append_output(database, f"Statement {i}.") for i in range(60)]
+    publish = Recorder()
+    threads = [threading.Thread(target=outbox.dispatch_once, args=(database, publish), kwargs={"batch_size": 7})
+               for _ in range(4)]
+    for _ in range(3):   # several rounds of four racing dispatchers
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        threads = [threading.Thread(target=outbox.dispatch_once, args=(database, publish), kwargs={"batch_size": 7})
+                   for _ in range(4)]
+    while outbox.dispatch_once(database, publish).published:
+        pass
+    published = [r for _, r in publish.sent]
+    assert len(published) == len(set(published)) == len(records)

@@ -1,0 +1,172 @@
+"""KG constraint: allowed sets, request validation, steering, events, cached masks, replay."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tokenizers import Tokenizer
+
+from engine.sampling_params import InvalidRequestError, SamplingParams
+from knowledge_graphs.constraint import KGConstraintError, KGConstraintProcessor, allowed_entities
+from knowledge_graphs.linking import EntityLinker
+from knowledge_graphs.model import KnowledgeGraph
+from tests.knowledge_graphs.conftest import byte_level_bpe
+from tests.knowledge_graphs.decode_sim import decode_loop, eos_id
+
+
+def _processor(tokenizer: Tokenizer, kg: KnowledgeGraph) -> KGConstraintProcessor:
+    return KGConstraintProcessor(tokenizer, vocab_size=tokenizer.get_vocab_size(),
+                                 eos_token_ids=[eos_id(tokenizer)], kgs={"medical": kg})
+
+
+def _params(allowed: list[str], domain: str = "medical") -> SamplingParams:
+    return SamplingParams(extra_args={"kg_constraint": {"domain": domain, "allowed_entity_ids": allowed}})
+
+
+def _follow(tokenizer: Tokenizer, text: str, bonus: dict[int, float] | None = None):
+    plan = tokenizer.encode(text, add_special_tokens=False).ids
+
+    def logits_fn(ids: list[int]) -> torch.Tensor:
+        logits = torch.zeros(tokenizer.get_vocab_size())
+        for token_id, value in (bonus or {}).items():
+            logits[token_id] += value
+        if len(ids) < len(plan):
+            logits[plan[len(ids)]] += 50.0
+        return logits
+
+    return plan, logits_fn
+
+
+# -- allowed set --------------------------------------------------------------------------------
+def test_allowed_entities_follow_domain_relations_and_types(kg: KnowledgeGraph) -> None:
+    assert allowed_entities(kg, ["drug:metformin"]) == {"drug:metformin", "condition:t2d"}
+    # warfarin -interacts_with-> aspirin; the icd10 code is not a constrained type
+    assert allowed_entities(kg, ["drug:warfarin", "condition:t2d"]) == {
+        "drug:warfarin", "drug:aspirin", "condition:t2d", "drug:metformin"}
+    assert allowed_entities(kg, ["condition:t2d"], types={"icd10cm_code"}, relations={"has_icd10cm_code"}) == {
+        "icd10cm:E11.9"}
+    assert allowed_entities(kg, ["drug:metformin"], hops=0) == {"drug:metformin"}
+    assert allowed_entities(kg, ["drug:metformin"], extra_filter=lambda i: i.startswith("drug:")) == {"drug:metformin"}
+    assert allowed_entities(kg, ["drug:nope"]) == frozenset()
+    with pytest.raises(ValueError):
+        allowed_entities(kg, ["drug:metformin"], hops=-1)
+
+
+# -- request validation -------------------------------------------------------------------------
+@pytest.mark.parametrize("args, message", [
+    ({"domain": "legal", "allowed_entity_ids": []}, "domain"),
+    ({"domain": "medical", "allowed_entity_ids": "drug:metformin"}, "list"),
+    ({"domain": "medical", "allowed_entity_ids": ["drug:nope"]}, "drug:nope"),
+    ("medical", "object"),
+])
+def test_bad_requests_are_refused_before_compute(kg: KnowledgeGraph, args: object, message: str) -> None:
+    processor = _processor(byte_level_bpe(), kg)
+    params = SamplingParams(extra_args={"kg_constraint": args})
+    with pytest.raises(KGConstraintError, match=message):
+        processor.validate_params(params)
+    assert issubclass(KGConstraintError, InvalidRequestError)
+
+
+def test_requests_without_arguments_are_not_constrained(kg: KnowledgeGraph) -> None:
+    processor = _processor(byte_level_bpe(), kg)
+    assert processor.add_request("r", SamplingParams(), [1, 2], []) is False
+    logits = torch.randn(3, processor.vocab_size)
+    before = logits.clone()
+    processor.apply(logits, ["r", None, "other"])
+    assert torch.equal(logits, before)
+
+
+# -- allowed names pass, forbidden continuations are steered ----------------------------------------
+def test_allowed_names_come_out_unchanged(tokenizer: Tokenizer, kg: KnowledgeGraph) -> None:
+    """No over-blocking: allowed names, including one that ends in a forbidden name ("type 2 diabetes"
+    with "diabetes" forbidden), are written exactly as without the constraint."""
+    processor = _processor(tokenizer, kg)
+    text = "Take Metformin for type 2 diabetes. Estradiol (ESTRADIOL) too, t2dm!"
+    plan, logits_fn = _follow(tokenizer, text)
+    allowed = ["drug:metformin", "condition:t2d", "drug:estradiol"]
+    constrained = decode_loop(processor, tokenizer, logits_fn, allowed=allowed, steps=len(plan))
+    free = decode_loop(None, tokenizer, logits_fn, steps=len(plan))
+    assert constrained.ids == free.ids == plan
+    found = {m.entity_id for m in EntityLinker(kg, types={"drug", "condition"}).link(constrained.text)}
+    assert found == {"drug:metformin", "condition:t2d", "drug:estradiol"}
+    assert constrained.events == []
+
+
+def test_a_mention_heading_for_a_forbidden_entity_is_steered_and_recorded(tokenizer: Tokenizer, kg: KnowledgeGraph) -> None:
+    processor = _processor(tokenizer, kg)
+    toward_allowed = tokenizer.encode("Take Metformin", add_special_tokens=False).ids
+    context = len(tokenizer.encode("Take", add_special_tokens=False).ids)
+    # a forbidden drug whose encoding shares a first token with Metformin's (" Met" ...)
+    for forbidden_id, name in [("drug:metoprolol", "Metoprolol"), ("drug:methotrexate", "Methotrexate")]:
+        toward_forbidden = tokenizer.encode(f"Take {name}", add_special_tokens=False).ids
+        shared = next(i for i, (a, b) in enumerate(zip(toward_forbidden, toward_allowed, strict=False)) if a != b)
+        if shared > context:
+            break
+    assert shared > context
+    prefix = toward_allowed[:shared]   # the tokens both names start with ("Take Met...")
+    bad_next, good_next = toward_forbidden[shared], toward_allowed[shared]
+    # the model wants the forbidden continuation most, the allowed one second
+    plan, logits_fn = _follow(tokenizer, tokenizer.decode(prefix), bonus={bad_next: 40.0, good_next: 30.0})
+    assert plan == prefix
+    result = decode_loop(processor, tokenizer, logits_fn, allowed=["drug:metformin"], steps=len(plan) + 1,
+                         finish_steps=0)
+    assert result.ids == [*prefix, good_next]
+    blocked = [e for e in result.events if e.data["blocked_entity_ids"]]
+    assert blocked and blocked[0].processor == "kg_constraint" and blocked[0].kind == "blocked"
+    assert blocked[0].position == len(prefix)
+    assert blocked[0].data == {"blocked_entity_ids": [forbidden_id], "chosen_entity_id": "drug:metformin"}
+
+
+def test_a_single_token_holding_a_whole_forbidden_name_and_its_boundary_is_blocked(kg: KnowledgeGraph) -> None:
+    tokenizer = byte_level_bpe()
+    tokenizer.add_tokens(["aspirin!", "Take ASA,"])   # literal (non-special) added tokens
+    processor = _processor(tokenizer, kg)
+    for text in ["aspirin!", "Take ASA,"]:
+        token_id = tokenizer.token_to_id(text)
+        plan, logits_fn = _follow(tokenizer, text)
+        assert plan == [token_id]
+        result = decode_loop(processor, tokenizer, logits_fn, allowed=["drug:metformin"], steps=1, finish_steps=0)
+        assert result.ids != [token_id]
+        free = decode_loop(None, tokenizer, logits_fn, steps=1, finish_steps=0)
+        assert free.ids == [token_id]
+
+
+# -- masks ---------------------------------------------------------------------------------------
+def test_masks_are_cached_packed_bitmasks(kg: KnowledgeGraph) -> None:
+    tokenizer = byte_level_bpe()
+    processor = _processor(tokenizer, kg)
+    processor.add_request("a", _params(["drug:metformin"]), [], [])
+    processor.add_request("b", _params(["drug:metformin"]), [], [])
+    view = processor._requests["a"].view
+    assert view is processor._requests["b"].view          # one view per allowed set, shared
+    first = view.mask(processor._requests["a"].state)
+    again = view.mask(processor._requests["b"].state)
+    assert first is again and first.dtype == torch.int32
+    assert first.shape == ((processor.vocab_size + 31) // 32,)
+
+
+def test_preempted_request_replays_to_the_same_state(kg: KnowledgeGraph) -> None:
+    tokenizer = byte_level_bpe()
+    processor = _processor(tokenizer, kg)
+    generated = tokenizer.encode("We switched from Met", add_special_tokens=False).ids
+    processor.add_request("live", _params(["drug:metformin"]), [], [])
+    for token_id in generated:
+        processor.accept_token("live", token_id)
+    processor.add_request("replayed", _params(["drug:metformin"]), [], generated)
+    live, replayed = processor._requests["live"], processor._requests["replayed"]
+    assert live.state == replayed.state and live.position == replayed.position == len(generated)
+    assert live.state.trie_node is not None      # inside the mention "Met..."
+    logits = torch.randn(2, processor.vocab_size)
+    processor.apply(logits, ["live", "replayed"])
+    assert torch.equal(torch.isinf(logits[0]), torch.isinf(logits[1]))
+    assert torch.isinf(logits[0]).any()
+
+
+def test_logits_wider_than_the_vocabulary_are_masked_past_it(kg: KnowledgeGraph) -> None:
+    tokenizer = byte_level_bpe()
+    processor = _processor(tokenizer, kg)
+    processor.add_request("r", _params(["drug:metformin"]), [], [])
+    logits = torch.zeros(1, processor.vocab_size + 64)
+    processor.apply(logits, ["r"])
+    assert torch.isinf(logits[0, processor.vocab_size :]).all()
+    assert torch.isfinite(logits[0, : processor.vocab_size]).any()

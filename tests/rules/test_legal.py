@@ -1,0 +1,64 @@
+"""Legal validators: reporters, edition dates, courts, landmark cases, fabrications, statutes."""
+
+import pytest
+
+from rules import verify
+from rules.validators.legal_citations import find_case_citations
+from tests.rules.kgs import legal_kg
+
+
+def case_verdicts(text: str) -> list[str]:
+    return [c.verdict for c in verify(text, "legal", kg=legal_kg()).claims if c.kind == "case_citation"]
+
+
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("Brown v. Board of Education, 347 U.S. 483 (1954), ended de jure segregation.", "supported"),
+        ("Brown v. Board of Education, 347 U.S. 483 (1955), ended de jure segregation.", "contradicted"),  # year
+        ("Brown v. Board of Education, 347 U.S. 484 (1954), ended de jure segregation.", "contradicted"),  # page
+        ("Miranda v. Board of Education, 347 U.S. 483 (1954), is cited.", "contradicted"),                 # name
+        ("Varghese v. China Southern Airlines Co., 925 F.3d 1339 (11th Cir. 2019), tolls the period.", "contradicted"),
+        ("Smith v. Jones, 12 Foo.Rep. 44 (1999), holds so.", "contradicted"),     # reporter in no registry
+        ("Doe v. Roe, 500 F.3d 100 (1990), holds so.", "contradicted"),           # F.3d starts in 1993
+        ("Jones v. Smith, 500 F.3d 123 (S.D.N.Y. 2008), holds so.", "contradicted"),  # district court in F.3d
+        ("Jones v. Smith, 500 F.3d 123 (2d Cir. 2008), holds so.", "unverifiable"),   # well-formed, unconfirmable
+        ("Roe v. Wade, 410 U.S. 113 (1973), is not in this small KG.", "unverifiable"),
+    ],
+)
+def test_case_citations(text: str, verdict: str) -> None:
+    assert case_verdicts(text) == [verdict]
+
+
+def test_year_comes_from_the_parenthetical_after_each_citation() -> None:
+    # eyecite attaches 2019 to Brown here; each citation must keep its own year
+    text = ("See Brown v. Board of Education, 347 U.S. 483 (1954); Roe v. Wade, 410 U.S. 113 (1973), "
+            "and Varghese v. China Southern Airlines Co., 925 F.3d 1339 (11th Cir. 2019).")
+    assert [(c.volume, c.year) for c in find_case_citations(text)] == [("347", 1954), ("410", 1973), ("925", 2019)]
+    assert case_verdicts(text) == ["supported", "unverifiable", "contradicted"]
+
+
+def test_fabrication_evidence_quotes_the_sanctions_order() -> None:
+    claim = verify("Varghese v. China Southern Airlines Co., 925 F.3d 1339 (11th Cir. 2019).", "legal",
+                   kg=legal_kg()).claims[0]
+    assert claim.evidence[0].kind == "fabrication"
+    assert "Mata v. Avianca" in (claim.evidence[0].source or "")
+
+
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("The claim arises under 42 U.S.C. § 1983.", "supported"),
+        ("The claim arises under 42 USC 1983.", "supported"),
+        ("Dismissal under Fed. R. Civ. P. 12(b)(6) was proper.", "supported"),
+        ("The Computer Fraud and Abuse Act, 18 U.S.C. § 1031, applies.", "contradicted"),
+        ("The Computer Fraud and Abuse Act, 42 U.S.C. § 1983, applies.", "contradicted"),
+        ("Relief is available under 42 U.S.C. § 9999.", "unverifiable"),
+    ],
+)
+def test_statutes(text: str, verdict: str) -> None:
+    assert [c.verdict for c in verify(text, "legal", kg=legal_kg()).claims if c.kind == "statute"] == [verdict]
+
+
+def test_statute_references_are_not_case_citations() -> None:
+    assert find_case_citations("See 42 U.S.C. § 1983 and 28 USC 1331 and 17 C.F.R. § 240.10b-5.") == []

@@ -120,7 +120,8 @@ def append_in_transaction(
             "record_id": record.id, "topic": SCORING_TOPIC, "payload": {"record_id": record.id},
             "created_at": values["created_at"], "attempts": 0,
         })
-    conn.execute(update(ChainHead).where(ChainHead.id == 1).values(seq=seq, record_hash=hash_))
+    conn.execute(update(ChainHead).where(ChainHead.id == 1).values(
+        seq=seq, record_hash=hash_, signature=chain.sign_checkpoint(hmac_key, seq, hash_)))
     if seq % checkpoint_interval == 0:
         conn.execute(insert(Checkpoint), {
             "seq": seq, "record_hash": hash_, "signature": chain.sign_checkpoint(hmac_key, seq, hash_),

@@ -121,7 +121,7 @@ def verify_chain(conn: Connection, hmac_key: bytes) -> ChainReport:
         checked += 1
         expected_seq, prev = row.seq + 1, row.record_hash
     last_seq = expected_seq - 1
-    problem = _check_head(conn, last_seq, prev) or _check_dangling_checkpoints(checkpoints, last_seq)
+    problem = _check_head(conn, last_seq, prev, hmac_key) or _check_dangling_checkpoints(checkpoints, last_seq)
     if problem is not None:
         return ChainReport(False, checked, 0, last_seq, problem)
     return ChainReport(True, checked, len(checkpoints), last_seq)
@@ -160,9 +160,14 @@ def _check_checkpoint(cp: Any, row: Any, hmac_key: bytes) -> ChainProblem | None
     return None
 
 
-def _check_head(conn: Connection, last_seq: int, last_hash: str) -> ChainProblem | None:
+def _check_head(conn: Connection, last_seq: int, last_hash: str, hmac_key: bytes) -> ChainProblem | None:
     head = conn.execute(select(ChainHead.__table__).where(ChainHead.id == 1)).one_or_none()
-    if head is None or head.seq == last_seq and head.record_hash == last_hash:
+    if head is None:
+        return None
+    if head.signature is not None and not hmac.compare_digest(
+            sign_checkpoint(hmac_key, head.seq, head.record_hash), head.signature):
+        return ChainProblem("bad_checkpoint", head.seq, None, "chain head signature does not verify")
+    if head.seq == last_seq and head.record_hash == last_hash:
         return None
     if head.seq > last_seq:
         return ChainProblem("deleted", last_seq + 1, None, f"chain head is at seq {head.seq} but the last record is seq {last_seq}")

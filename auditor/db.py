@@ -7,6 +7,7 @@ processes instead of failing with SQLITE_BUSY on lock upgrade.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,13 +62,19 @@ def alembic_config(database: Database) -> Config:
     return config
 
 
+def _json_serializer(value: Any) -> str:
+    # Non-ASCII kept as is, so text search over stored JSON (claims) matches what people type.
+    return json.dumps(value, ensure_ascii=False)
+
+
 def _make_engine(url: str, *, sqlite_synchronous: str, echo: bool) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, echo=echo, pool_pre_ping=True, future=True)
+        return create_engine(url, echo=echo, pool_pre_ping=True, json_serializer=_json_serializer)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, echo=echo, connect_args={"check_same_thread": False, "timeout": 30})
+    engine = create_engine(url, echo=echo, json_serializer=_json_serializer,
+                           connect_args={"check_same_thread": False, "timeout": 30})
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:

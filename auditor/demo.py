@@ -39,11 +39,11 @@ SCRIPT: tuple[ScriptedRequest, ...] = (
     ScriptedRequest("medical", "medical-diagnosis", "What is the maximum daily dose of Metformin for adults?"),
     ScriptedRequest("legal", "legal-advice", "What is the citation of Miranda v. Arizona?"),
     ScriptedRequest("finance", "fin-risk", "What currency does Japan use?"),
-    ScriptedRequest("finance", "fin-risk", "What is the threshold of a Currency Transaction Report?"),
+    ScriptedRequest("finance", "fin-risk", "What amount triggers Currency Transaction Report?"),
     ScriptedRequest("medical", "medical-diagnosis", "Which drugs interact with Warfarin?"),
     ScriptedRequest("medical", "medical-diagnosis", "What is Lisinopril used for?"),
     ScriptedRequest("legal", "legal-advice", "Which court decided Brown v. Board of Education?"),
-    ScriptedRequest("legal", "legal-advice", "Is Varghese v. China Southern Airlines a real case?"),
+    ScriptedRequest("legal", "legal-advice", "Can I cite Varghese v. China Southern Airlines Co., Ltd., 925 F.3d 1339 (11th Cir. 2019)?"),
 )
 
 

@@ -1,7 +1,8 @@
 """JSONL import of external LLM outputs (prompt, output, domain, model, timestamp), for re-audit.
 
 Each valid line becomes an ordinary audit record (endpoint "import", hash-chained, scored through the
-outbox like our own outputs) and is linked to its import batch by line number. Bad lines are never
+outbox like our own outputs) and is linked to its import batch by line number. Records are appended in
+transactions of `APPEND_BATCH`; a batch still "importing" after a crash says how far it got. Bad lines are never
 imported silently: every malformed line is reported with its line number, and either skipped
 (default) or, with `strict`, the whole file is rejected before anything is written.
 """
@@ -17,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from sqlalchemy import insert
+from sqlalchemy import insert, update
 
-from auditor.audit_log import NewRecord, append_record
+from auditor.audit_log import NewRecord, append_in_transaction
 from auditor.db import Database
 from auditor.gate.pii import redact_pii
 from auditor.jobs_models import ImportBatch, ImportedOutput
@@ -27,7 +28,7 @@ from auditor.models import utcnow
 from auditor.scoring import write_session
 from auditor.settings import Settings
 
-_LINK_BATCH = 200
+APPEND_BATCH = 200
 MAX_LINE_BYTES = 1_000_000
 
 
@@ -152,28 +153,23 @@ def import_lines(database: Database, lines: list[str], *, settings: Settings, te
                             imported=0, skipped=len(errors), status="importing", created_at=utcnow(),
                             errors=[{"line": e.line, "message": e.message} for e in errors])
         session.add(batch)
-    links: list[dict[str, Any]] = []
-    for number, line in valid:
-        record = _new_record(line, number, batch.id, tenant=tenant, settings=settings)
-        append_record(database, record, hmac_key=settings.hmac_key.get_secret_value().encode(),
-                      checkpoint_interval=settings.checkpoint_interval)
-        links.append({"import_id": batch.id, "line": number, "record_id": record.id})
-        if len(links) >= _LINK_BATCH:
-            _flush_links(database, batch.id, links)
-    _flush_links(database, batch.id, links, finished=True)
+    hmac_key = settings.hmac_key.get_secret_value().encode()
+    for start in range(0, len(valid), APPEND_BATCH):
+        part = valid[start:start + APPEND_BATCH]
+        last = start + APPEND_BATCH >= len(valid)
+        # One transaction per batch: records, their outbox rows and links commit together, and the
+        # chain lock is released between batches so live inference is not held up by a long import.
+        with database.write_connection() as conn:
+            links = []
+            for number, line in part:
+                record = _new_record(line, number, batch.id, tenant=tenant, settings=settings)
+                append_in_transaction(conn, record, hmac_key=hmac_key, checkpoint_interval=settings.checkpoint_interval)
+                links.append({"import_id": batch.id, "line": number, "record_id": record.id})
+            conn.execute(insert(ImportedOutput), links)
+            done = {"status": "complete", "finished_at": utcnow()} if last else {}
+            conn.execute(update(ImportBatch).where(ImportBatch.id == batch.id)
+                         .values(imported=ImportBatch.imported + len(part), **done))
     return ImportResult(batch.id, line_count, len(valid), errors)
-
-
-def _flush_links(database: Database, import_id: str, links: list[dict[str, Any]], *, finished: bool = False) -> None:
-    with write_session(database) as session:
-        if links:
-            session.execute(insert(ImportedOutput), links)
-        batch = session.get(ImportBatch, import_id)
-        assert batch is not None
-        batch.imported += len(links)
-        if finished:
-            batch.status, batch.finished_at = "complete", utcnow()
-    links.clear()
 
 
 def _new_record(line: ImportedLine, number: int, import_id: str, *, tenant: str, settings: Settings) -> NewRecord:

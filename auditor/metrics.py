@@ -30,6 +30,7 @@ class _EngineStatsCollector(Collector):
 class ServiceMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._engine_collector: _EngineStatsCollector | None = None
         self.requests = Counter("auditor_requests", "Inference requests by endpoint and outcome status",
                                 ["endpoint", "status"], registry=self.registry)
         self.gate_decisions = Counter("auditor_gate_decisions", "Safety-gate decisions",
@@ -46,7 +47,11 @@ class ServiceMetrics:
                                       registry=self.registry)
 
     def watch_engine(self, stats: Callable[[], dict[str, object]]) -> None:
-        self.registry.register(_EngineStatsCollector(stats))
+        """Expose `stats()` at scrape time; a restarted lifespan replaces the previous engine's collector."""
+        if self._engine_collector is not None:
+            self.registry.unregister(self._engine_collector)
+        self._engine_collector = _EngineStatsCollector(stats)
+        self.registry.register(self._engine_collector)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -108,13 +108,16 @@ class AuditRecord(Base):
 
 
 class ChainHead(Base):
-    """Single row (id=1): the last appended seq and hash. Row-locked by writers on PostgreSQL."""
+    """Single row (id=1): the last appended seq and hash. Row-locked by writers on PostgreSQL.
+
+    Signed on every append, so cutting records off the end and rewinding the head needs the HMAC key."""
 
     __tablename__ = "chain_head"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     seq: Mapped[int] = mapped_column(BigInteger, default=0)
     record_hash: Mapped[str] = mapped_column(String(64))
+    signature: Mapped[str | None] = mapped_column(String(64))   # HMAC-SHA256(key, "seq:record_hash")
 
 
 class Checkpoint(Base):

@@ -5,7 +5,9 @@ PostgreSQL (two dispatchers never publish the same row in the same pass) and und
 writer lock (BEGIN IMMEDIATE) on SQLite. A published row moves to `outbox_inflight` until the scoring
 task commits its evaluation and deletes it there (`acknowledge_hook`). Rows still in flight after
 `redeliver_after_s` are published again: that is how a Redis restart, which drops queued messages,
-loses nothing. Duplicate deliveries are harmless because scoring is idempotent.
+loses nothing. Duplicate deliveries are harmless because scoring is idempotent. Rows are claimed
+(committed as in flight) before they are published, so a fast task always finds its row to
+acknowledge; rows whose publish fails are handed back at once.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from auditor.audit_log import SCORING_TOPIC
@@ -45,6 +47,9 @@ def dispatch_once(database: Database, publish: Publish, *, batch_size: int = 500
 
 
 def _publish_new(database: Database, publish: Publish, batch_size: int, result: DispatchResult) -> bool:
+    # Claim first (commit the in-flight rows), publish after: a fast task must find its in-flight row
+    # to acknowledge it, and other dispatchers must not claim the same rows meanwhile.
+    now = utcnow()
     with write_session(database) as session:
         rows = session.execute(
             select(OutboxMessage.id, OutboxMessage.record_id)
@@ -52,42 +57,58 @@ def _publish_new(database: Database, publish: Publish, batch_size: int, result: 
             .order_by(OutboxMessage.id).limit(batch_size)
             .with_for_update(skip_locked=True)
         ).all()
-        for outbox_id, record_id in rows:
-            try:
-                publish(outbox_id, record_id)
-            except Exception:   # broker down: keep what was published, stop this pass
-                return False
-            now = utcnow()
-            session.execute(update(OutboxMessage).where(OutboxMessage.id == outbox_id)
+        ids = [outbox_id for outbox_id, _ in rows]
+        if ids:
+            session.execute(update(OutboxMessage).where(OutboxMessage.id.in_(ids))
                             .values(dispatched_at=now, attempts=OutboxMessage.attempts + 1))
-            session.merge(OutboxInflight(outbox_id=outbox_id, dispatched_at=now, deliveries=1))
-            session.flush()   # committed with the pass; a crash before commit only causes a re-publish
-            result.published += 1
+            session.execute(insert(OutboxInflight), [{"outbox_id": i, "dispatched_at": now, "deliveries": 1}
+                                                     for i in ids])
+    for position, (outbox_id, record_id) in enumerate(rows):
+        try:
+            publish(outbox_id, record_id)
+        except Exception:   # broker down: hand the unpublished rest back for the next pass
+            _unclaim(database, ids[position:])
+            return False
+        result.published += 1
     return True
+
+
+def _unclaim(database: Database, ids: list[int]) -> None:
+    with write_session(database) as session:
+        session.execute(delete(OutboxInflight).where(OutboxInflight.outbox_id.in_(ids)))
+        # `attempts` keeps counting the failed publish: it tells how often delivery was tried.
+        session.execute(update(OutboxMessage).where(OutboxMessage.id.in_(ids)).values(dispatched_at=None))
 
 
 def _redeliver_stale(database: Database, publish: Publish, batch_size: int, redeliver_after_s: float,
                      result: DispatchResult) -> bool:
-    cutoff = utcnow() - timedelta(seconds=redeliver_after_s)
+    now = utcnow()
+    cutoff = now - timedelta(seconds=redeliver_after_s)
     with write_session(database) as session:
         rows = session.execute(
-            select(OutboxInflight.outbox_id, OutboxMessage.record_id)
+            select(OutboxInflight.outbox_id, OutboxMessage.record_id, OutboxInflight.dispatched_at)
             .join(OutboxMessage, OutboxMessage.id == OutboxInflight.outbox_id)
             .where(OutboxInflight.dispatched_at <= cutoff)
             .order_by(OutboxInflight.dispatched_at).limit(batch_size)
             .with_for_update(of=OutboxInflight, skip_locked=True)
         ).all()
-        for outbox_id, record_id in rows:
-            try:
-                publish(outbox_id, record_id)
-            except Exception:
-                return False
-            now = utcnow()
-            session.execute(update(OutboxInflight).where(OutboxInflight.outbox_id == outbox_id)
+        ids = [row.outbox_id for row in rows]
+        if ids:
+            session.execute(update(OutboxInflight).where(OutboxInflight.outbox_id.in_(ids))
                             .values(dispatched_at=now, deliveries=OutboxInflight.deliveries + 1))
-            session.execute(update(OutboxMessage).where(OutboxMessage.id == outbox_id)
+            session.execute(update(OutboxMessage).where(OutboxMessage.id.in_(ids))
                             .values(attempts=OutboxMessage.attempts + 1))
-            result.redelivered += 1
+    for row in rows:
+        try:
+            publish(row.outbox_id, row.record_id)
+        except Exception:
+            # Still stale: put the old dispatch time back so the next pass tries again at once.
+            with write_session(database) as session:
+                for stale in rows[rows.index(row):]:
+                    session.execute(update(OutboxInflight).where(OutboxInflight.outbox_id == stale.outbox_id)
+                                    .values(dispatched_at=stale.dispatched_at))
+            return False
+        result.redelivered += 1
     return True
 
 
@@ -103,8 +124,6 @@ def acknowledge_hook(outbox_id: int | None) -> Callable[[Session, Evaluation, Sc
 
 def backlog(session: Session) -> dict[str, int]:
     """How much scoring work waits: not yet published, and published but not acknowledged."""
-    from sqlalchemy import func
-
     undispatched = session.execute(select(func.count()).select_from(OutboxMessage)
                                    .where(OutboxMessage.dispatched_at.is_(None))).scalar_one()
     inflight = session.execute(select(func.count()).select_from(OutboxInflight)).scalar_one()

@@ -1,20 +1,15 @@
 """Re-audit jobs: re-score a frozen set of stored records (a filter, or one JSONL import) in chunks.
 
 A job is created in one commit (job row, one item per record, one row per chunk) and only then are
-its chunks enqueued. A chunk task scores its pending items one by one; each evaluation and its item's
-status commit together, so a worker killed at any point loses at most the record it was scoring, and
-whoever runs the chunk next skips what is done. Originals are never modified: a job only adds
-evaluation rows (job_id = the job's id). When no item is pending the job is summarised (see
-`auditor.reaudit_summary`) and marked done by exactly one finisher (a conditional UPDATE).
+its chunks enqueued; `auditor.reaudit_chunks` runs a chunk and finishes the job. Originals are never
+modified: a job only adds evaluation rows (job_id = the job's id). This module creates and steers
+jobs, reports their progress, and re-enqueues chunks whose worker died or whose message was lost.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,17 +19,18 @@ from sqlalchemy.orm import Session
 from auditor.audit_log import filtered_query
 from auditor.db import Database
 from auditor.jobs_models import ImportBatch, ImportedOutput, ReauditChunk, ReauditItem, ReauditJob
-from auditor.models import AuditRecord, Evaluation, utcnow
+from auditor.models import AuditRecord, utcnow
+from auditor.reaudit_chunks import fail_pending_in_chunk, finalize_if_complete
 from auditor.reaudit_summary import build_summary
 from auditor.schemas import AuditFilters
-from auditor.scoring import Evaluator, Scored, ScoreRequest, record_failure, score_record, write_session
+from auditor.scoring import write_session
 from auditor.task_queue import TaskQueue
 
 logger = logging.getLogger("auditor.reaudit")
 
 DEFAULT_CHUNK_SIZE = 100
 RATE_WINDOW_S = 30.0
-_CANCEL_CHECK_INTERVAL_S = 0.5
+_INSERT_BATCH = 5000
 
 
 class ReauditError(ValueError):
@@ -94,11 +90,12 @@ def create_job(
         )
         session.add(job)
         session.flush()
-        if record_ids:
+        for first in range(0, len(record_ids), _INSERT_BATCH):   # bounded statements for very large jobs
             session.execute(insert(ReauditItem), [
                 {"job_id": job.id, "record_id": record_id, "chunk": index // chunk_size, "status": "pending"}
-                for index, record_id in enumerate(record_ids)
+                for index, record_id in enumerate(record_ids[first:first + _INSERT_BATCH], start=first)
             ])
+        if record_ids:
             chunks = (len(record_ids) + chunk_size - 1) // chunk_size
             session.execute(insert(ReauditChunk), [
                 {"job_id": job.id, "chunk": chunk, "enqueued_at": job.created_at, "deliveries": 1}
@@ -180,166 +177,7 @@ def resume_job(database: Database, queue: TaskQueue, job_id: str, *, tenant_scop
     return sent
 
 
-# -- running a chunk ---------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class ChunkProgress:
-    """Filled in while a chunk runs, so a wrapper interrupted mid-record knows which record it was."""
-
-    current_record_id: str | None = None
-    done: int = 0
-    failed: int = 0
-    already: int = 0
-    cancelled: bool = False
-
-
-@dataclass(slots=True)
-class RecordRetry:
-    """How often a record that raises (database hiccup, evaluator bug) is retried inside the chunk."""
-
-    delays_s: Sequence[float] = (0.1, 0.5, 2.0)
-    fatal: tuple[type[BaseException], ...] = field(default_factory=tuple)   # re-raised at once (soft time limit)
-
-
-def run_chunk(database: Database, evaluator: Evaluator, *, job_id: str, chunk: int,
-              retry: RecordRetry | None = None, progress: ChunkProgress | None = None) -> ChunkProgress:
-    """Score the chunk's pending items, committing each with its evaluation; then finish the job if it is complete."""
-    retry = retry or RecordRetry()
-    progress = progress or ChunkProgress()
-    with write_session(database) as session:
-        job = session.get(ReauditJob, job_id)
-        if job is None or job.status != "running":
-            progress.cancelled = job is not None and job.status == "cancelled"
-            return progress
-        job_created = job.created_at
-        session.execute(update(ReauditChunk).where(ReauditChunk.job_id == job_id, ReauditChunk.chunk == chunk)
-                        .values(heartbeat_at=utcnow()))
-    with database.session() as session:
-        items = session.execute(
-            select(ReauditItem.id, ReauditItem.record_id)
-            .where(ReauditItem.job_id == job_id, ReauditItem.chunk == chunk, ReauditItem.status == "pending")
-            .order_by(ReauditItem.id)
-        ).all()
-        before = _previous_evaluations(session, [record_id for _, record_id in items], job_id, job_created)
-    last_check = time.monotonic()
-    for item_id, record_id in items:
-        if time.monotonic() - last_check > _CANCEL_CHECK_INTERVAL_S:
-            last_check = time.monotonic()
-            if _job_status(database, job_id) != "running":
-                progress.cancelled = True
-                return progress
-        progress.current_record_id = record_id
-        request = ScoreRequest(record_id, job_id, [_item_hook(item_id, before.get(record_id), job_id, chunk)])
-        outcome = _score_with_retries(database, evaluator, request, retry)
-        if not outcome.created:
-            progress.already += 1
-        elif outcome.status == "done":
-            progress.done += 1
-        else:
-            progress.failed += 1
-    progress.current_record_id = None
-    with write_session(database) as session:
-        session.execute(update(ReauditChunk).where(ReauditChunk.job_id == job_id, ReauditChunk.chunk == chunk)
-                        .values(finished_at=utcnow()))
-    finalize_if_complete(database, job_id)
-    return progress
-
-
-def _score_with_retries(database: Database, evaluator: Evaluator, request: ScoreRequest, retry: RecordRetry) -> Any:
-    for attempt in range(len(retry.delays_s) + 1):
-        try:
-            return score_record(database, evaluator, request)
-        except retry.fatal:
-            raise
-        except Exception as exc:
-            if attempt == len(retry.delays_s):
-                reason = f"gave up after {attempt + 1} attempts: {type(exc).__name__}: {exc}"
-                return record_failure(database, request, evaluator_version=evaluator.version, reason=reason)
-            logger.warning("re-audit record %s attempt %d failed: %s", request.record_id, attempt + 1, exc)
-            time.sleep(retry.delays_s[attempt])
-    raise AssertionError("unreachable")
-
-
-def fail_record(database: Database, evaluator_version: str, *, job_id: str, record_id: str, reason: str) -> None:
-    """End one item as failed (e.g. it ran past the task's soft time limit) so the chunk can move on."""
-    with database.session() as session:
-        row = session.execute(select(ReauditItem.id, ReauditItem.chunk).where(
-            ReauditItem.job_id == job_id, ReauditItem.record_id == record_id)).one_or_none()
-    if row is None:
-        return
-    request = ScoreRequest(record_id, job_id, [_item_hook(row.id, None, job_id, row.chunk)])
-    record_failure(database, request, evaluator_version=evaluator_version, reason=reason)
-
-
-def fail_pending_in_chunk(database: Database, evaluator_version: str, *, job_id: str, chunk: int, reason: str) -> int:
-    """Give up on a chunk that keeps failing: its pending items end as failed with the reason."""
-    with database.session() as session:
-        record_ids = list(session.execute(select(ReauditItem.record_id).where(
-            ReauditItem.job_id == job_id, ReauditItem.chunk == chunk, ReauditItem.status == "pending")).scalars())
-    for record_id in record_ids:
-        fail_record(database, evaluator_version, job_id=job_id, record_id=record_id, reason=reason)
-    finalize_if_complete(database, job_id)
-    return len(record_ids)
-
-
-def _item_hook(item_id: int, before_evaluation_id: str | None, job_id: str, chunk: int):  # -> CommitHook
-    def mark_item(session: Session, evaluation: Evaluation, scored: Scored | None) -> None:
-        now = utcnow()
-        values: dict[str, Any] = {
-            "status": evaluation.status, "evaluation_id": evaluation.id, "failure_reason": evaluation.failure_reason,
-            "before_evaluation_id": before_evaluation_id, "finished_at": now,
-        }
-        if scored is not None:
-            values["gate_action_after"] = scored.gate_action
-        # Guarded on "pending": a second delivery must not overwrite the first one's bookkeeping.
-        session.execute(update(ReauditItem).where(ReauditItem.id == item_id, ReauditItem.status == "pending")
-                        .values(**values))
-        session.execute(update(ReauditChunk).where(ReauditChunk.job_id == job_id, ReauditChunk.chunk == chunk)
-                        .values(heartbeat_at=now))
-
-    return mark_item
-
-
-def _previous_evaluations(session: Session, record_ids: list[str], job_id: str, before: datetime) -> dict[str, str]:
-    """The latest successful evaluation of each record made before the job (its "before" state)."""
-    if not record_ids:
-        return {}
-    rows = session.execute(
-        select(Evaluation.record_id, Evaluation.id, Evaluation.created_at)
-        .where(Evaluation.record_id.in_(record_ids), Evaluation.status == "done", Evaluation.created_at <= before,
-               or_(Evaluation.job_id.is_(None), Evaluation.job_id != job_id))
-        .order_by(Evaluation.created_at)
-    ).all()
-    return {record_id: evaluation_id for record_id, evaluation_id, _ in rows}   # later rows win
-
-
-def _job_status(database: Database, job_id: str) -> str | None:
-    with database.session() as session:
-        return session.execute(select(ReauditJob.status).where(ReauditJob.id == job_id)).scalar()
-
-
-# -- finishing, progress, recovery -------------------------------------------------------------------
-
-
-def finalize_if_complete(database: Database, job_id: str) -> bool:
-    """Summarise and mark done a running job with nothing pending. Only one concurrent caller wins."""
-    with database.session() as session:
-        job = session.get(ReauditJob, job_id)
-        if job is None or job.status != "running" or _count(session, job_id, "pending") > 0:
-            return False
-        summary = build_summary(session, job)
-    with write_session(database) as session:
-        won = session.execute(
-            update(ReauditJob).where(ReauditJob.id == job_id, ReauditJob.status == "running")
-            .values(status="done", summary=summary, finished_at=utcnow())
-        ).rowcount
-    return bool(won)
-
-
-def _count(session: Session, job_id: str, status: str) -> int:
-    return session.execute(select(func.count()).select_from(ReauditItem)
-                           .where(ReauditItem.job_id == job_id, ReauditItem.status == status)).scalar_one()
+# -- progress and recovery --------------------------------------------------------------------------
 
 
 def progress_of(session: Session, job: ReauditJob, *, now: datetime | None = None) -> dict[str, Any]:
@@ -407,6 +245,4 @@ def _evaluator_version(database: Database, job_id: str) -> str:
 
 def _aware(moment: datetime) -> datetime:
     """SQLite returns naive datetimes for timezone-aware columns; they were stored as UTC."""
-    from datetime import UTC
-
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

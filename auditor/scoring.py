@@ -52,6 +52,16 @@ class Evaluator(Protocol):
     def evaluate(self, *, text: str, domain: str | None, prompt: str | None) -> Scored: ...
 
 
+# One text per domain that reaches every validator, including the lazily loaded registries
+# (e.g. the drug dictionary, consulted only for drug names the KG does not know).
+_WARM_UP_TEXTS = {
+    "medical": "Metformin 500 mg twice daily treats type 2 diabetes (ICD-10-CM E11.9). "
+               "Zorvatrexin 20 mg daily is also prescribed.",
+    "finance": "Apple's ISIN is US0378331005. The IBAN DE89 3704 0044 0532 0130 00 belongs to Commerzbank.",
+    "legal": "In Brown v. Board of Education, 347 U.S. 483 (1954), the Court ruled. See 42 U.S.C. § 1983.",
+}
+
+
 class RulesEvaluator:
     """The production evaluator: `rules.verify` (claims, verdicts, evidence, FER, RC, joint score)."""
 
@@ -65,10 +75,10 @@ class RulesEvaluator:
         self._unknown_domain, self._empty_text = UnknownDomainError, EmptyTextError
         self.version = EVALUATOR_VERSION
 
-    def warm_up(self, domains: tuple[str, ...] = ("finance", "medical", "legal")) -> None:
-        """Load each domain's KG and pack now (seconds to minutes), not inside the first task."""
-        for domain in domains:
-            self._verify("Warm-up.", domain)
+    def warm_up(self) -> None:
+        """Load each domain's KG, pack and lazily imported registries now, not inside the first tasks."""
+        for domain, text in _WARM_UP_TEXTS.items():
+            self._verify(text, domain)
 
     def evaluate(self, *, text: str, domain: str | None, prompt: str | None) -> Scored:
         if not domain:
@@ -164,9 +174,9 @@ def record_failure(database: Database, request: ScoreRequest, *, evaluator_versi
     return _insert(database, request, evaluator_version, None, failure_reason=reason[:2000])
 
 
-def _insert(database: Database, request: ScoreRequest, evaluator_version: str, scored: Scored | None,
-            *, failure_reason: str | None = None) -> Outcome:
-    evaluation = Evaluation(
+def _new_evaluation(request: ScoreRequest, evaluator_version: str, scored: Scored | None,
+                    failure_reason: str | None) -> Evaluation:
+    return Evaluation(
         record_id=request.record_id, job_id=request.job_id, evaluator_version=evaluator_version,
         status="done" if scored else "failed", failure_reason=failure_reason,
         claims=scored.claims if scored else None, fer=scored.fer if scored else None,
@@ -175,6 +185,11 @@ def _insert(database: Database, request: ScoreRequest, evaluator_version: str, s
         kg_version=scored.kg_version if scored else None, rule_pack_hash=scored.rule_pack_hash if scored else None,
         created_at=utcnow(),
     )
+
+
+def _insert(database: Database, request: ScoreRequest, evaluator_version: str, scored: Scored | None,
+            *, failure_reason: str | None = None) -> Outcome:
+    evaluation = _new_evaluation(request, evaluator_version, scored, failure_reason)
     try:
         with write_session(database) as session:
             session.add(evaluation)
@@ -196,6 +211,78 @@ def _acknowledge_existing(database: Database, request: ScoreRequest, evaluator_v
         for hook in request.on_commit:
             hook(session, evaluation, None)
     return Outcome(evaluation.id, evaluation.status, False, None, evaluation.failure_reason)
+
+
+@dataclass(slots=True)
+class BatchResult:
+    outcomes: list[Outcome] = field(default_factory=list)
+    errors: list[tuple[ScoreRequest, Exception]] = field(default_factory=list)   # caller retries these
+
+
+def score_batch(
+    database: Database, evaluator: Evaluator, requests: list[ScoreRequest], *,
+    fatal: tuple[type[BaseException], ...] = (), before_each: Callable[[str], None] | None = None,
+    on_batch_commit: Callable[[Session], None] | None = None,
+) -> BatchResult:
+    """`score_record` for many records, with one read and one commit for the whole batch.
+
+    Same guarantees: a record already evaluated is only acknowledged; permanent problems end as failed
+    rows; if a concurrent delivery wins any insert, the batch settles record by record. Exceptions
+    from the evaluator are returned in `errors` (nothing written for those), except `fatal` ones."""
+    result = BatchResult()
+    if not requests:
+        return result
+    job_ids = {r.job_id for r in requests}
+    assert len(job_ids) == 1, "a batch scores for one job"
+    job_id = job_ids.pop()
+    record_ids = [r.record_id for r in requests]
+    job_match = Evaluation.job_id.is_(None) if job_id is None else Evaluation.job_id == job_id
+    with database.session() as session:
+        existing = set(session.execute(select(Evaluation.record_id).where(
+            Evaluation.record_id.in_(record_ids), Evaluation.evaluator_version == evaluator.version, job_match,
+        )).scalars())
+        records = {row.id: row for row in session.execute(
+            select(AuditRecord.id, AuditRecord.output, AuditRecord.domain, AuditRecord.prompt)
+            .where(AuditRecord.id.in_(record_ids)))}
+    ready: list[tuple[ScoreRequest, Evaluation, Scored | None]] = []
+    already: list[ScoreRequest] = []
+    for request in requests:
+        if request.record_id in existing:
+            already.append(request)
+            continue
+        if before_each is not None:
+            before_each(request.record_id)
+        record = records.get(request.record_id)
+        try:
+            if record is None:
+                raise ScoringError(f"no audit record {request.record_id!r}")
+            if record.output is None:
+                raise ScoringError("the record holds no output text (hash-only content mode or purged)")
+            scored: Scored | None = evaluator.evaluate(text=record.output, domain=record.domain, prompt=record.prompt)
+            failure = None
+        except fatal:
+            raise
+        except ScoringError as exc:
+            scored, failure = None, str(exc)[:2000]
+        except Exception as exc:
+            result.errors.append((request, exc))
+            continue
+        ready.append((request, _new_evaluation(request, evaluator.version, scored, failure), scored))
+    try:
+        with write_session(database) as session:
+            session.add_all([evaluation for _, evaluation, _ in ready])
+            session.flush()
+            for request, evaluation, scored in ready:
+                for hook in request.on_commit:
+                    hook(session, evaluation, scored)
+            if on_batch_commit is not None:
+                on_batch_commit(session)
+        result.outcomes += [Outcome(e.id, e.status, True, scored, e.failure_reason) for _, e, scored in ready]
+    except IntegrityError:
+        result.outcomes += [_insert(database, request, evaluator.version, scored, failure_reason=e.failure_reason)
+                            for request, e, scored in ready]
+    result.outcomes += [_acknowledge_existing(database, request, evaluator.version) for request in already]
+    return result
 
 
 _versions: dict[str, str] = {}

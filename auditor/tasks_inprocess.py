@@ -1,6 +1,6 @@
 """The embedded default: no broker configured, so background work runs on a thread pool in this process.
 
-Same service functions as the Celery tasks (`scoring.score_record`, `reaudit.run_chunk`), same
+Same service functions as the Celery tasks (`scoring.score_record`, `reaudit_chunks.run_chunk`), same
 retry-then-fail policy. What a restart loses (queued work in memory) comes back the same way it does
 after a Redis restart: the outbox re-publishes unacknowledged rows and the sweeper re-enqueues chunks.
 """
@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from auditor import reaudit, scoring
+from auditor import reaudit, reaudit_chunks, scoring
 from auditor.db import Database
 from auditor.outbox import acknowledge_hook, dispatch_once
 
@@ -83,8 +83,8 @@ class InProcessTaskQueue:
 
     def _chunk(self, job_id: str, chunk: int) -> None:
         try:
-            reaudit.run_chunk(self.database, self.evaluator, job_id=job_id, chunk=chunk,
-                              retry=reaudit.RecordRetry(delays_s=self._retry_delays_s))
+            reaudit_chunks.run_chunk(self.database, self.evaluator, job_id=job_id, chunk=chunk,
+                                     retry=reaudit_chunks.RecordRetry(delays_s=self._retry_delays_s))
         except Exception:   # the sweeper re-enqueues a chunk whose heartbeat stops
             logger.exception("re-audit %s chunk %d failed", job_id, chunk)
 

@@ -1,5 +1,5 @@
 """The Celery app (`auditor.worker:celery_app`) and its two tasks. Tasks are thin: they take ids, reload
-state through the service layer (`auditor.scoring`, `auditor.reaudit`) and are safe to run twice.
+state through the service layer (`auditor.scoring`, `auditor.reaudit_chunks`) and are safe to run twice.
 
 Broker and result backend: `AUDITOR_REDIS_URL`. Tuning: `AUDITOR_WORKER_*` (see `WorkerSettings`).
 Every worker also runs, in a daemon thread of its main process, the outbox dispatcher and the
@@ -19,7 +19,7 @@ from celery import Celery, Task
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_init, worker_process_init, worker_ready, worker_shutdown
 
-from auditor import reaudit, scoring
+from auditor import reaudit, reaudit_chunks, scoring
 from auditor.db import Database
 from auditor.outbox import acknowledge_hook, dispatch_once
 from auditor.settings import get_settings
@@ -107,7 +107,8 @@ def _reopen_in_child(**_: Any) -> None:
 # -- tasks ---------------------------------------------------------------------------------------
 
 
-@celery_app.task(name=SCORE_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
+# ignore_result: the evaluation row is the result; thousands of per-record results would only fill Redis.
+@celery_app.task(name=SCORE_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True,
                  max_retries=_SETTINGS.max_retries, soft_time_limit=_SETTINGS.score_soft_time_limit_s,
                  time_limit=_SETTINGS.score_soft_time_limit_s + 30)
 def score_record_task(self: Task, record_id: str, outbox_id: int | None = None) -> dict[str, Any]:
@@ -122,7 +123,8 @@ def score_record_task(self: Task, record_id: str, outbox_id: int | None = None) 
             outcome = scoring.record_failure(res.database, request, evaluator_version=res.evaluator.version,
                                              reason=reason)
         else:
-            raise self.retry(exc=exc, countdown=backoff_s(self.request.retries, cap=_SETTINGS.retry_backoff_max_s))
+            countdown = backoff_s(self.request.retries, cap=_SETTINGS.retry_backoff_max_s)
+            raise self.retry(exc=exc, countdown=countdown) from exc
     return {"evaluation_id": outcome.evaluation_id, "status": outcome.status, "created": outcome.created}
 
 
@@ -132,23 +134,26 @@ def score_record_task(self: Task, record_id: str, outbox_id: int | None = None) 
 def reaudit_chunk_task(self: Task, job_id: str, chunk: int) -> dict[str, Any]:
     """Score the pending records of one re-audit chunk."""
     res = resources()
-    progress = reaudit.ChunkProgress()
-    retry = reaudit.RecordRetry(fatal=(SoftTimeLimitExceeded,))
+    progress = reaudit_chunks.ChunkProgress()
+    retry = reaudit_chunks.RecordRetry(fatal=(SoftTimeLimitExceeded,))
     try:
-        reaudit.run_chunk(res.database, res.evaluator, job_id=job_id, chunk=chunk, retry=retry, progress=progress)
+        reaudit_chunks.run_chunk(res.database, res.evaluator, job_id=job_id, chunk=chunk, retry=retry,
+                                 progress=progress)
     except SoftTimeLimitExceeded:
         # The record being scored ran the chunk out of time: fail it, go on with the rest.
         if progress.current_record_id is not None:
-            reaudit.fail_record(res.database, res.evaluator.version, job_id=job_id,
-                                record_id=progress.current_record_id,
-                                reason=f"exceeded the soft time limit of {_SETTINGS.chunk_soft_time_limit_s}s")
+            reaudit_chunks.fail_record(
+                res.database, res.evaluator.version, job_id=job_id, record_id=progress.current_record_id,
+                reason=f"exceeded the soft time limit of {_SETTINGS.chunk_soft_time_limit_s}s")
         raise self.retry(countdown=0, max_retries=self.max_retries + 1) from None
     except Exception as exc:
         if self.request.retries >= self.max_retries:
-            reaudit.fail_pending_in_chunk(res.database, res.evaluator.version, job_id=job_id, chunk=chunk,
-                                          reason=f"chunk failed {self.request.retries + 1} times: {_describe(exc)}")
+            reaudit_chunks.fail_pending_in_chunk(
+                res.database, res.evaluator.version, job_id=job_id, chunk=chunk,
+                reason=f"chunk failed {self.request.retries + 1} times: {_describe(exc)}")
             return {"cancelled": False, "done": progress.done, "failed": progress.failed}
-        raise self.retry(exc=exc, countdown=backoff_s(self.request.retries, cap=_SETTINGS.retry_backoff_max_s))
+        countdown = backoff_s(self.request.retries, cap=_SETTINGS.retry_backoff_max_s)
+        raise self.retry(exc=exc, countdown=countdown) from exc
     return {"cancelled": progress.cancelled, "done": progress.done, "failed": progress.failed,
             "already": progress.already}
 

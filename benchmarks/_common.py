@@ -57,10 +57,13 @@ def parse_args(description: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats (default per benchmark)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument(
+        "--threads", type=int, default=1,
+        help="torch CPU threads for every contender (default 1: on a shared machine, multi-threaded "
+             "torch spin-waits under oversubscription and timings swing tenfold)",
+    )
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
     return args
 
 

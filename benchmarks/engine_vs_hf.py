@@ -9,7 +9,16 @@ from __future__ import annotations
 
 import torch
 
-from benchmarks._common import bench_checkpoint, count_params, emit, log, median, parse_args, random_prompt, timed
+from benchmarks._common import (
+    bench_checkpoint,
+    count_params,
+    emit,
+    log,
+    median,
+    parse_args,
+    random_prompt,
+    timed,
+)
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
@@ -71,7 +80,7 @@ def main() -> None:
     run_engine(engine, [(p[:32], 8) for p, _ in requests[:4]])
     hf_generate_batch(hf, [(p[:32], 8) for p, _ in requests[:4]])
 
-    repeats = args.repeats or 1
+    repeats = args.repeats or 3
     engine_times, sequential_rates = [], []
     batched_times: dict[int, list[float]] = {b: [] for b in BATCH_SIZES}
     sample = requests[:SEQUENTIAL_SAMPLE]

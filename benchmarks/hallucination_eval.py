@@ -4,8 +4,9 @@ Each prompt of benchmarks/data/hallucination_prompts.jsonl (held-out phrasings o
 facts, with gold answers from the KG; written by `python -m scripts.demo_corpus --eval-prompts ...`)
 is generated twice through the engine with the same seed: once free ("off") and once with the
 `kg_constraint` logits processor restricted to the prompt's KG neighbourhood ("on"). The anchors are
-the entities linked in the prompt; the allowed set is `allowed_entities(kg, anchors)` with the
-domain defaults, as the service computes it.
+the entities linked in the prompt and the allowed set their KG neighbourhood, computed by the
+service's own `auditor.runtime.KgKnowledge`; like the service, a prompt that names no entity runs
+unconstrained (reported as `unanchored_prompts`; such outputs are not judged for violations).
 
 Scores per output:
 - entity violation: exact alias linking (constrained entity types) finds a mention none of whose
@@ -98,28 +99,30 @@ def prompt_seed(prompt_id: str) -> int:
 
 # -- KG side ------------------------------------------------------------------------------------------
 class DomainKG:
-    """One domain's KG with the two linkers the evaluation needs."""
+    """One domain's KG, the service's own prompt -> allowed-set wiring, and the linkers the scoring needs."""
 
-    def __init__(self, kg: Any) -> None:
+    def __init__(self, kg: Any, knowledge: Any) -> None:
         from knowledge_graphs.constraint import DOMAIN_DEFAULTS
         from knowledge_graphs.linking import get_linker
 
         self.kg = kg
+        self.knowledge = knowledge                                        # auditor.runtime.KgKnowledge
         self.constrained_types: frozenset[str] = DOMAIN_DEFAULTS[kg.domain].types
-        self.anchor_linker = get_linker(kg)                                # every entity type
         self.output_linker = get_linker(kg, self.constrained_types)       # what the constraint governs
+        self.any_linker = get_linker(kg)                                  # every entity type, for gold answers
 
-    def allowed(self, prompt: str) -> list[str]:
-        from knowledge_graphs.constraint import allowed_entities
-
-        anchors = {i for m in self.anchor_linker.link(prompt) for i in m.candidate_ids}
-        return sorted(allowed_entities(self.kg, anchors))
+    def constraint(self, prompt: str) -> dict[str, Any] | None:
+        """`extra_args["kg_constraint"]` exactly as the service sends it; None when the prompt names no entity."""
+        kg_constraint = self.knowledge.constraint_for(self.kg.domain, prompt)
+        if kg_constraint is None or not kg_constraint.applied:
+            return None
+        return kg_constraint.extra_args()["kg_constraint"]
 
     def violations(self, text: str, allowed: Collection[str]) -> list[str]:
         return [m.text for m in self.output_linker.link(text) if not set(m.candidate_ids) & set(allowed)]
 
     def named_entities(self, text: str) -> set[str]:
-        return {i for m in self.anchor_linker.link(text) for i in m.candidate_ids}
+        return {i for m in self.any_linker.link(text) for i in m.candidate_ids}
 
 
 def is_correct(text: str, gold_entities: Sequence[str], gold_literals: Sequence[str], named: set[str]) -> bool:
@@ -170,12 +173,15 @@ def evaluate(args: argparse.Namespace) -> tuple[dict[str, Any], list[tuple[Score
     domains = sorted({p["domain"] for p in prompts})
     log(f"loading KGs {domains} ...")
     kgs = {d: load_kg(d) for d in domains}
-    domain_kgs = {d: DomainKG(kg) for d, kg in kgs.items()}
+    from auditor.runtime import KgKnowledge  # the service's wiring: measure what it does
+
+    knowledge = KgKnowledge(kgs)
+    domain_kgs = {d: DomainKG(kg, knowledge) for d, kg in kgs.items()}
     log("loading engine ...")
     engine = load_engine(args.model, kgs, args.threads)
 
     chat = [engine.tokenizer.apply_chat_template([{"role": "user", "content": p["prompt"]}]) for p in prompts]
-    allowed = [domain_kgs[p["domain"]].allowed(p["prompt"]) for p in prompts]
+    constraints = [domain_kgs[p["domain"]].constraint(p["prompt"]) for p in prompts]
     texts: dict[str, list[Any]] = {"off": [None] * len(prompts), "on": [None] * len(prompts)}
     ratios: list[float] = []
     seconds = {"off": 0.0, "on": 0.0}
@@ -184,8 +190,7 @@ def evaluate(args: argparse.Namespace) -> tuple[dict[str, Any], list[tuple[Score
         order = ("off", "on") if chunk_index % 2 == 0 else ("on", "off")
         took: dict[str, float] = {}
         for mode in order:
-            params = [sampling(prompts[r]["id"], args, None if mode == "off" else
-                               {"domain": prompts[r]["domain"], "allowed_entity_ids": allowed[r]}) for r in rows]
+            params = [sampling(prompts[r]["id"], args, None if mode == "off" else constraints[r]) for r in rows]
             began = time.perf_counter()
             outputs = engine.generate([chat[r] for r in rows], params)
             took[mode] = time.perf_counter() - began
@@ -206,8 +211,11 @@ def evaluate(args: argparse.Namespace) -> tuple[dict[str, Any], list[tuple[Score
             text = output.text.strip()
             report = verify(text, prompt["domain"], prompt=prompt["prompt"], kg=domain_kg.kg) if text else None
             counts = report.counts() if report else {"supported": 0, "contradicted": 0}
+            # no anchors in the prompt -> no neighbourhood, nothing to violate (the service does not constrain)
+            allowed = constraints[r]["allowed_entity_ids"] if constraints[r] else None
             scored = Scored(
-                prompt["id"], prompt["domain"], text, output.finish_reason, domain_kg.violations(text, allowed[r]),
+                prompt["id"], prompt["domain"], text, output.finish_reason,
+                domain_kg.violations(text, allowed) if allowed is not None else [],
                 counts["supported"], counts["contradicted"],
                 is_correct(text, prompt["gold_entities"], prompt["gold_literals"], domain_kg.named_entities(text)),
             )
@@ -217,6 +225,7 @@ def evaluate(args: argparse.Namespace) -> tuple[dict[str, Any], list[tuple[Score
 
     result = {
         "prompts": len(prompts),
+        "unanchored_prompts": sum(c is None for c in constraints),
         "domains": domains,
         "entity_violation_rate_off": round(totals["off"].violation_rate, 4),
         "entity_violation_rate_on": round(totals["on"].violation_rate, 4),

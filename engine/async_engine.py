@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Sequence as Seq
+from collections.abc import AsyncIterator
+from collections.abc import Sequence as Seq
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any

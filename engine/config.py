@@ -111,7 +111,7 @@ class EngineConfig:
     max_model_len: int | None = None         # None: the model's max_position_embeddings (capped below)
     max_model_len_cap: int = 4096            # keeps the default KV pool small for huge-context models
     block_size: int = 16
-    num_kv_blocks: int | None = None         # None: derived from kv_cache_memory_bytes
+    num_kv_blocks: int | None = None         # None: fit kv_cache_memory_bytes, capped at max_num_seqs full-length seqs
     kv_cache_memory_bytes: int = 512 * 2**20
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048       # per-step token budget (decodes + prefill chunks)

@@ -43,9 +43,7 @@ class LLMEngine:
         self.max_model_len = _max_model_len(model_config, config)
         dtype = next(model.parameters()).dtype
         device = next(model.parameters()).device
-        num_blocks = config.num_kv_blocks or max(
-            1, config.kv_cache_memory_bytes // kv_bytes_per_block(model_config, config.block_size, dtype)
-        )
+        num_blocks = config.num_kv_blocks or _default_num_blocks(model_config, config, self.max_model_len, dtype)
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager)
         self.runner = ModelRunner(model, num_blocks, config.block_size, dtype, device)
@@ -195,8 +193,10 @@ class LLMEngine:
         if len(params_list) != len(prompts):
             raise InvalidRequestError(f"{len(prompts)} prompts but {len(params_list)} sampling params")
         ids = [f"generate-{next(self._ids)}" for _ in prompts]
-        for request_id, prompt, p in zip(ids, prompts, params_list, strict=True):
-            self.add_request(request_id, prompt, p)
+        # validate every prompt before queueing any, so a bad one leaves nothing half-submitted
+        seqs = [self.prepare_request(i, prompt, p) for i, prompt, p in zip(ids, prompts, params_list, strict=True)]
+        for seq in seqs:
+            self.enqueue(seq)
         final: dict[str, RequestOutput] = {}
         while self.has_unfinished():
             for output in self.step():
@@ -215,6 +215,13 @@ class LLMEngine:
             num_requests_waiting=len(self.scheduler.waiting),
         )
         return snapshot
+
+
+def _default_num_blocks(model_config: ModelConfig, config: EngineConfig, max_model_len: int, dtype: torch.dtype) -> int:
+    """Blocks that fit the memory budget, but no more than max_num_seqs full-length sequences need."""
+    by_memory = config.kv_cache_memory_bytes // kv_bytes_per_block(model_config, config.block_size, dtype)
+    by_need = config.max_num_seqs * -(-max_model_len // config.block_size)
+    return max(1, min(by_memory, by_need))
 
 
 def _max_model_len(model_config: ModelConfig, config: EngineConfig) -> int:

@@ -37,8 +37,9 @@ class Sampler:
         logprob_rows = torch.log_softmax(logits, dim=-1) if any(want_logprobs) else None
 
         greedy = [p.temperature == 0 for p in params]
+        # max(dim).indices, not argmax: same first-maximum tie rule, several times faster on CPU
         if all(greedy):
-            tokens = logits.argmax(dim=-1)
+            tokens = logits.max(dim=-1).indices
         else:
             temps = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params], device=device)
             scaled = logits / temps[:, None]
@@ -47,10 +48,10 @@ class Sampler:
             probs = torch.softmax(scaled, dim=-1)
             noise = self._exponential_noise(probs, seqs)
             # Gumbel-max in its exponential form: argmax p / E, E ~ Exp(1), is a draw from p
-            sampled = (probs / noise).argmax(dim=-1)
+            sampled = (probs / noise).max(dim=-1).indices
             if any(greedy):
                 is_greedy = torch.tensor(greedy, device=device)
-                tokens = torch.where(is_greedy, logits.argmax(dim=-1), sampled)
+                tokens = torch.where(is_greedy, logits.max(dim=-1).indices, sampled)
             else:
                 tokens = sampled
         token_ids = tokens.tolist()

@@ -84,6 +84,9 @@ class Tokenizer:
         return self.backend.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Text -> ids. Text that already starts with the BOS token (a rendered chat template) gets no second one."""
+        if add_special_tokens and self.bos_token and text.startswith(self.bos_token):
+            add_special_tokens = False
         ids = self.backend.encode(text, add_special_tokens=add_special_tokens).ids
         # tokenizer.json may lack a BOS post-processor while tokenizer_config asks for one
         if add_special_tokens and self.add_bos_token and self.bos_token_id is not None and (

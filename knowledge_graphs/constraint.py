@@ -2,29 +2,31 @@
 
 Two layers, AND-ed into one packed bitmask per (decoding state, allowed set), cached:
 
-1. Steering (token trie, GENRE-style; `knowledge_graphs.trie`). A mention starts when a token is
-   the first word token of some entity encoding (at a word boundary). Inside a live mention (one
-   still on the way to an allowed entity) only tokens that continue toward an allowed entity, or
-   tokens that close the mention (text starting with a word boundary, or EOS), are allowed. After
-   the first token only the continuations toward forbidden entities alone are blocked, because one
-   token in, the mention may still be an ordinary word ("T" + "ake", " Met" + "al").
-   A dead end closes the mention: the steering lets go there and the guard alone decides, since a
-   dead prefix can only become ordinary text (" i" + "s") or a forbidden name, which the guard stops.
-   Outside a mention, a token that would by itself spell a complete forbidden name with no allowed
-   continuation is blocked. Closing is always offered: " The" (toward "Theophylline") is usually a word.
+1. Steering (token tries, GENRE-style; `knowledge_graphs.trie`). A mention starts when a token is
+   the first word token of some entity encoding, at a word boundary. While the mention is live (on
+   the way to an allowed entity) and two or more tokens long, only tokens that continue toward an
+   allowed entity, or that close the mention (text starting with a word boundary, or EOS), are
+   allowed. One token in, only the continuations that lead to forbidden entities alone are blocked:
+   the mention may still be an ordinary word ("T" + "ake", " Met" + "al"). A dead end closes the
+   mention: steering lets go and the guard alone decides, since a dead prefix can only become
+   ordinary text (" i" + "s") or a forbidden name, which the guard stops. Outside a mention, a
+   token that by itself spells a complete forbidden name with no allowed continuation is blocked,
+   and so is a token that continues an open match and ends exactly on such a name ("Heli" + "um").
+   Closing is always offered: " The" (toward "Theophylline") is usually just a word.
 2. Guarantee (character guard; `knowledge_graphs.surface_guard`). Whatever the tokens, no token
    and no EOS may complete a forbidden surface form at a word boundary in the normalised text.
 
 Guarantee: for any logits, exact alias linking of the generated text (`EntityLinker` restricted to
-the constrained types) finds no mention whose entities are all outside the allowed set. It holds
-for any tokenisation of a name (non-canonical splits, merges across the space), any case mix,
+the constrained types, with its default min_chars=MIN_FORM_CHARS=3: 1-2 character aliases such as
+"he" for Helium are neither linked nor constrained, else ordinary words would be forbidden) finds no mention whose
+entities are all outside the allowed set. It holds for any tokenisation of a name (non-canonical splits, merges across the space), any case mix,
 a mention started after punctuation or at the start of the output, names that are prefixes of
 other names, and names that are suffixes of longer allowed names ("diabetes" inside an allowed
 "type 2 diabetes").
 Limits:
 - The text must end by EOS (or a stop string starting with a non-alphanumeric character): a
-  generation cut by max_tokens may end right on a forbidden name that an allowed name continues
-  ("Aspirin" on the way to "Aspirin Plus").
+  generation cut by max_tokens may end right on a forbidden name, e.g. one that an allowed name
+  continues, or one spelt whole by a single non-canonical token.
 - An allowed multiword name that begins with a complete forbidden name followed by a word boundary
   ("Aspirin Plus" when "Aspirin" is forbidden) cannot be written: the guard is conservative there.
 - Longest-match chains: if an allowed name A ends with a forbidden name F, and a longer allowed name
@@ -49,13 +51,13 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
-from engine.kernels.bitmask import BITS, apply_token_bitmask_torch
+from engine.kernels.dispatch import apply_token_bitmask
 from engine.logits_process import LogitsProcessor
 from engine.outputs import ProcessorEvent
 from engine.sampling_params import InvalidRequestError, SamplingParams
 from knowledge_graphs.constraint_masks import AllowedView, DecodeState, DomainMasks
 from knowledge_graphs.model import KnowledgeGraph
-from knowledge_graphs.surface_guard import GuardState
+from knowledge_graphs.surface_guard import GuardState, fold
 from knowledge_graphs.vocab_text import token_bytes
 
 
@@ -118,12 +120,21 @@ def allowed_entities(
     return frozenset(result)
 
 
+def _is_complete_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 @dataclass(slots=True)
 class _Request:
     view: AllowedView
     state: DecodeState
     decoder: codecs.IncrementalDecoder
     position: int = 0                        # index of the next generated token
+    pending: bool = False                    # the decoder holds part of a UTF-8 character
     blocked: tuple[int, list[str]] | None = None   # (position, entity ids) awaiting the chosen token
     events: list[ProcessorEvent] = field(default_factory=list)
 
@@ -143,6 +154,8 @@ class KGConstraintProcessor(LogitsProcessor):
         self.eos_token_ids = frozenset(eos_token_ids)
         self.token_bytes = token_bytes(self.tokenizer, vocab_size)
         self.token_texts = [b.decode("utf-8", errors="replace") for b in self.token_bytes]
+        self.token_folded = [fold(t) for t in self.token_texts]
+        self.token_complete = [_is_complete_utf8(b) for b in self.token_bytes]
         self.domains: dict[str, DomainMasks] = {}
         self._requests: dict[str, _Request] = {}
         for domain, kg in (kgs or {}).items():
@@ -196,30 +209,69 @@ class KGConstraintProcessor(LogitsProcessor):
         self._requests.pop(request_id, None)
 
     def apply(self, logits: torch.Tensor, request_ids: Sequence[str | None]) -> None:
-        rows: list[int] = []
-        masks: list[torch.Tensor] = []
+        vocab = self.vocab_size
+        dense_rows: list[int] = []
+        dense_masks: list[torch.Tensor] = []
+        sparse_rows: list[int] = []
+        sparse_ids: list[torch.Tensor] = []
         for row, request_id in enumerate(request_ids):
             request = self._requests.get(request_id) if request_id is not None else None
-            if request is not None:
-                rows.append(row)
-                masks.append(request.view.mask(request.state))
-        if not rows:
+            if request is None:
+                continue
+            entry = request.view.entry(request.state)
+            if entry.blocked_ids is not None and logits.is_contiguous():
+                sparse_rows.append(row)
+                sparse_ids.append(entry.blocked_ids)
+            else:
+                dense_rows.append(row)
+                dense_masks.append(entry.packed)
+        if not dense_rows and not sparse_rows:
             return
-        row_index = torch.tensor(rows, dtype=torch.long, device=logits.device)
-        bitmask = torch.stack(masks).to(logits.device)                    # [k, words] int32
-        # An intervention is a step where the model's own favourite token is masked out.
-        favourite = logits.index_select(0, row_index)[:, : self.vocab_size].argmax(-1)     # [k]
-        words = bitmask.gather(1, (favourite // BITS).unsqueeze(1)).squeeze(1)            # [k]
-        favourite_allowed = ((words >> (favourite % BITS).to(torch.int32)) & 1).bool()
-        if not bool(favourite_allowed.all()):
-            for k in (~favourite_allowed).nonzero().flatten().tolist():
-                request = self._requests[request_ids[rows[k]]]  # type: ignore[index]
-                token_id = int(favourite[k])
-                blocked = request.view.explain(request.state, token_id, self.token_texts[token_id])
-                request.blocked = (request.position, blocked)
-        apply_token_bitmask_torch(logits[:, : self.vocab_size], bitmask, row_index)  # a view: masks in place
-        if logits.shape[-1] > self.vocab_size:  # ids past the vocabulary never write a mention
-            logits[row_index, self.vocab_size :] = float("-inf")
+        # An intervention is a step where the model's own favourite token is masked out: the row's
+        # best score drops. amax is a vectorised reduction, ~20x cheaper than argmax on CPU.
+        best = logits[:, :vocab].amax(-1)                                                 # [rows]
+        dropped: list[tuple[int, int]] = []                                               # (row, favourite)
+        if sparse_rows:
+            dropped += self._apply_sparse(logits, best, sparse_rows, sparse_ids)
+        if dense_rows:
+            dropped += self._apply_dense(logits, best, dense_rows, dense_masks)
+        if logits.shape[-1] > vocab:  # ids past the vocabulary never write a mention
+            rows = torch.tensor(sparse_rows + dense_rows, dtype=torch.long, device=logits.device)
+            logits[rows, vocab:] = float("-inf")
+        for row, token_id in dropped:
+            request = self._requests[request_ids[row]]  # type: ignore[index]
+            blocked = request.view.explain(request.state, token_id, self.token_texts[token_id])
+            request.blocked = (request.position, blocked)
+
+    def _apply_sparse(self, logits: torch.Tensor, best: torch.Tensor, rows: list[int],
+                      blocked_ids: list[torch.Tensor]) -> list[tuple[int, int]]:
+        """Rows whose mask blocks few tokens: set those logits to -inf through one flat index."""
+        device = logits.device
+        width = logits.shape[-1]
+        counts = torch.tensor([ids.numel() for ids in blocked_ids])
+        row_of = torch.repeat_interleave(torch.tensor(rows), counts).to(device)           # [n]
+        ids = torch.cat(blocked_ids).to(device)                                           # [n]
+        flat = row_of * width + ids                                                       # [n] into logits.view(-1)
+        values = logits.view(-1).index_select(0, flat)                                    # [n]
+        hit = (values >= best.index_select(0, row_of)).nonzero().flatten().tolist()       # favourite blocked
+        dropped = {int(row_of[i]): int(ids[i]) for i in hit}
+        logits.view(-1).index_fill_(0, flat, float("-inf"))
+        return list(dropped.items())
+
+    def _apply_dense(self, logits: torch.Tensor, best: torch.Tensor, rows: list[int],
+                     masks: list[torch.Tensor]) -> list[tuple[int, int]]:
+        """Rows with a mostly-closed mask: the packed-bitmask kernel."""
+        vocab = self.vocab_size
+        all_rows = len(rows) == logits.shape[0]
+        row_index = None if all_rows else torch.tensor(rows, dtype=torch.long, device=logits.device)
+        bitmask = torch.stack(masks).to(logits.device)                                    # [k, words] int32
+        # [k, vocab] copy before masking, to name the favourite of a row whose best was blocked
+        before = logits[:, :vocab].clone() if row_index is None else logits.index_select(0, row_index)[:, :vocab]
+        apply_token_bitmask(logits[:, :vocab], bitmask, row_index)  # a view: masks in place
+        after = logits[:, :vocab] if row_index is None else logits.index_select(0, row_index)[:, :vocab]
+        best_rows = best if row_index is None else best.index_select(0, row_index)
+        lost = (after.amax(-1) < best_rows).nonzero().flatten().tolist()
+        return [(rows[k], int(before[k].argmax())) for k in lost]
 
     def accept_token(self, request_id: str, token_id: int) -> None:
         request = self._requests.get(request_id)
@@ -235,8 +287,16 @@ class KGConstraintProcessor(LogitsProcessor):
             ))
 
     def _advance(self, request: _Request, token_id: int) -> None:
-        text = request.decoder.decode(self.token_bytes[token_id]) if 0 <= token_id < self.vocab_size else ""
-        request.state = request.view.next_state(request.state, token_id, text)
+        if not 0 <= token_id < self.vocab_size:
+            folded = ""
+        elif request.pending or not self.token_complete[token_id]:
+            # a UTF-8 character split over tokens: decode incrementally, exactly as the text will read
+            text = request.decoder.decode(self.token_bytes[token_id])
+            request.pending = bool(request.decoder.getstate()[0])
+            folded = fold(text)
+        else:
+            folded = self.token_folded[token_id]   # the common case, folded once at start-up
+        request.state = request.view.next_state(request.state, token_id, folded)
         request.position += 1
 
     def pop_events(self, request_id: str) -> list[ProcessorEvent]:

@@ -26,6 +26,9 @@ from knowledge_graphs.model import KnowledgeGraph, normalise_alias
 # MiniLM cosine between a typo and its word is ~0.6-0.95 (ibuprofin 0.61, metfromin 0.72); unrelated
 # words score ~0.1-0.2 and mostly never pass the trigram prefilter in the first place.
 DEFAULT_FALLBACK_THRESHOLD = 0.6
+# Surface forms shorter than this (after normalisation) are neither linked nor constrained: the KG
+# holds aliases such as "he" (Helium) or ICD chapter numbers ("2", "10") that are ordinary words.
+MIN_FORM_CHARS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +78,10 @@ class EntityLinker:
         types: Collection[str] | None = None,
         fallback: bool = False,
         fallback_threshold: float = DEFAULT_FALLBACK_THRESHOLD,
+        min_chars: int = MIN_FORM_CHARS,
     ) -> None:
+        """`min_chars`: ignore surface forms shorter than this after normalisation (the KG constraint
+        uses the same MIN_FORM_CHARS, so a linker built with the defaults sees what it governs)."""
         self.kg = kg
         self.types = frozenset(types) if types is not None else None
         self.fallback = fallback
@@ -85,7 +91,7 @@ class EntityLinker:
         self.forms: dict[str, tuple[str, ...]] = {}
         for form, ids in kg.aliases().items():
             wanted = [i for i in ids if self._wanted(i)]
-            if not form or not wanted:
+            if len(form) < max(min_chars, 1) or not wanted:
                 continue
             wanted.sort(key=lambda i: self._preference(i, form))
             self.forms[form] = tuple(wanted)
@@ -165,19 +171,24 @@ class EntityLinker:
         return found
 
 
-@lru_cache(maxsize=32)
-def _cached_linker(kg_version: str, types: frozenset[str] | None, fallback: bool, kg_ref: _KGRef) -> EntityLinker:
-    return EntityLinker(kg_ref.kg, types=types, fallback=fallback)
-
-
 @dataclass(frozen=True, slots=True)
 class _KGRef:
-    """Hashes by KG version only, so the cache key is (version, types) and not the object identity."""
+    """Compares equal to any other: the cache key is (version, types, ...), not the object identity."""
 
     kg: KnowledgeGraph = field(compare=False, hash=False)
 
 
-def get_linker(kg: KnowledgeGraph, types: Collection[str] | None = None, *, fallback: bool = False) -> EntityLinker:
-    """A linker shared per (kg.version, types, fallback): building the automaton is done once."""
+@lru_cache(maxsize=32)
+def _cached_linker(
+    kg_version: str, types: frozenset[str] | None, fallback: bool, min_chars: int, kg_ref: _KGRef,
+) -> EntityLinker:
+    return EntityLinker(kg_ref.kg, types=types, fallback=fallback, min_chars=min_chars)
+
+
+def get_linker(
+    kg: KnowledgeGraph, types: Collection[str] | None = None, *, fallback: bool = False,
+    min_chars: int = MIN_FORM_CHARS,
+) -> EntityLinker:
+    """A linker shared per (kg.version, types, fallback, min_chars): the automaton is built once."""
     key_types = frozenset(types) if types is not None else None
-    return _cached_linker(kg.version, key_types, fallback, _KGRef(kg))
+    return _cached_linker(kg.version, key_types, fallback, min_chars, _KGRef(kg))

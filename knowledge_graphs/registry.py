@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from knowledge_graphs.curated import DATA_DIR
@@ -31,7 +31,7 @@ def build_kg(domain: str, data_dir: Path = DATA_DIR) -> KnowledgeGraph:
     return KnowledgeGraph(domain, data.entities, data.facts, data_version=data.data_version)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_kg(domain: str) -> KnowledgeGraph:
     """The shared, cached KG for `domain` ("finance", "medical", "legal"). Treat it as read-only."""
     return build_kg(domain)

@@ -13,6 +13,10 @@ tokens, in which case it was written, or which punctuation surrounds it:
   boundary (it is a suffix of that name: "diabetes" in "type 2 diabetes", which the linker's
   longest-match rule reports as the longer name).
 
+Steering on top (not needed for the guarantee): a token that continues an open match and ends
+exactly on a complete forbidden name that no allowed name continues is blocked too ("Heli" + "um"),
+so the model is not left with a name it can never close.
+
 Masks for a state are computed for the whole vocabulary at once: tokens are sorted by their
 normalised text, so "every token that starts with `prefix`" is one contiguous range, and a
 depth-first walk of the trie from the state's nodes visits only prefixes some token has.
@@ -31,6 +35,7 @@ SPACE = " "
 _MAX_CHAR = "\U0010ffff"
 
 ClosingGroup = tuple[int, ...]   # trie nodes (terminals) that close at the same boundary
+WalkRecord = tuple[int, int, tuple[int, ...], bool]   # (lo, hi, nodes, closes) over sorted token positions
 
 
 def fold(text: str) -> str:
@@ -58,6 +63,7 @@ class NameTrie:
         self._chars: list[str] = [""]                   # node -> its children's characters, in order
         self._first = array("i", [0])                   # node -> number of its first child
         self.depth = array("i", [0])
+        self.parent = array("i", [-1])
         self.entities: dict[int, tuple[str, ...]] = {}  # terminal node -> entity ids
         self.nodes_of_entity: dict[str, list[int]] = {}
         frontier = [(0, 0, len(ordered))]               # (node, lo, hi): forms[lo:hi] share the node's prefix
@@ -83,6 +89,7 @@ class NameTrie:
                     self._chars.append("")
                     self._first.append(0)
                     self.depth.append(level + 1)
+                    self.parent.append(node)
                     chars.append(ch)
                     following.append((child, index, end))
                     index = end
@@ -114,26 +121,30 @@ class GuardState:
 
 def advance(trie: NameTrie, state: GuardState, text: str) -> tuple[GuardState, list[ClosingGroup]]:
     """Feed `text`; return the new state and the groups of matches that closed on the way."""
+    return advance_folded(trie, state, fold(text))
+
+
+def advance_folded(trie: NameTrie, state: GuardState, folded: str) -> tuple[GuardState, list[ClosingGroup]]:
+    """`advance` for text already passed through `fold` (per-token texts are folded once, up front)."""
     nodes = list(state.nodes)
     boundary = state.boundary
     closed: list[ClosingGroup] = []
     child = trie.child
-    for raw in text:
-        for ch in raw.casefold():
-            if not ch.isalnum():
-                if boundary:
-                    continue  # runs of boundary characters count once, as in normalise_alias
-                group = tuple(n for n in nodes if n in trie.entities)
-                if group:
-                    closed.append(group)
-                nodes = [c for n in nodes if (c := child(n, SPACE)) >= 0]
-                boundary = True
-                continue
-            nxt = [c for n in nodes if (c := child(n, ch)) >= 0]
-            if boundary and (c := child(0, ch)) >= 0:
-                nxt.append(c)  # a new match may start right after a boundary
-            nodes = nxt
-            boundary = False
+    for ch in folded:  # `fold` output: each character is final (casefolded; boundaries are one space)
+        if ch == SPACE:
+            if boundary:
+                continue  # runs of boundary characters count once, as in normalise_alias
+            group = tuple(n for n in nodes if n in trie.entities)
+            if group:
+                closed.append(group)
+            nodes = [c for n in nodes if (c := child(n, SPACE)) >= 0]
+            boundary = True
+            continue
+        nxt = [c for n in nodes if (c := child(n, ch)) >= 0]
+        if boundary and (c := child(0, ch)) >= 0:
+            nxt.append(c)  # a new match may start right after a boundary
+        nodes = nxt
+        boundary = False
     return GuardState(frozenset(nodes), boundary), closed
 
 
@@ -151,6 +162,24 @@ class AllowedNodes:
         self.tensor = torch.zeros(len(trie), dtype=torch.bool)   # [num_nodes]
         if self.nodes:
             self.tensor[torch.tensor(sorted(self.nodes))] = True
+        # nodes with an allowed name at or below them: a match there may still become allowed
+        self.live: set[int] = set()
+        for node in self.nodes:
+            while node > 0 and node not in self.live:
+                self.live.add(node)
+                node = trie.parent[node]
+
+    def dead_end(self, group: tuple[int, ...]) -> bool:
+        """True if a match in `group` (open matches where a token ends) spells a complete forbidden
+        name that nothing allowed continues, and no longer open match may still cover it."""
+        depth = self.trie.depth
+        for node in group:
+            if node not in self.trie.entities or node in self.live:
+                continue
+            if any(other in self.live and depth[other] > depth[node] for other in group):
+                continue
+            return True
+        return False
 
     def violates(self, group: ClosingGroup) -> bool:
         """True if some forbidden name in `group` is not the suffix of a longer allowed one."""
@@ -199,7 +228,7 @@ class SurfaceGuard:
             self._single_tok[boundary] = torch.tensor(single_tok, dtype=torch.long)
             self._single_node[boundary] = torch.tensor(single_node, dtype=torch.long)
             self._multi[boundary] = multi
-        self._walks: dict[tuple[frozenset[int], bool], list[tuple[int, int, ClosingGroup]]] = {}
+        self._walks: dict[tuple[frozenset[int], bool], list[WalkRecord]] = {}
 
     def static_blocked(self, boundary: bool, allowed: AllowedNodes) -> torch.Tensor:
         """bool [vocab]: tokens that close a forbidden name inside themselves."""
@@ -224,7 +253,8 @@ class SurfaceGuard:
             if len(self._walks) > 100_000:
                 self._walks.clear()
             records = self._walks[key] = self._walk(tuple(state.nodes), state.boundary)
-        bad = [(lo, hi) for lo, hi, group in records if allowed.violates(group)]
+        bad = [(lo, hi) for lo, hi, group, closes in records
+               if (allowed.violates(group) if closes else allowed.dead_end(group))]
         if not bad:
             return None
         delta = torch.zeros(self.vocab_size + 1, dtype=torch.int32)   # difference array over sorted order
@@ -236,12 +266,13 @@ class SurfaceGuard:
         blocked[self._perm[state.boundary]] = blocked_sorted
         return blocked
 
-    def _walk(self, start: tuple[int, ...], boundary: bool) -> list[tuple[int, int, ClosingGroup]]:
-        """(lo, hi, group): tokens at sorted positions [lo, hi) close `group` (terminals of `start`'s
-        continuations). Depth-first over trie nodes and token prefixes together."""
+    def _walk(self, start: tuple[int, ...], boundary: bool) -> list[WalkRecord]:
+        """(lo, hi, group, closes): tokens at sorted positions [lo, hi) close `group` (terminals of
+        `start`'s continuations; closes=True) or end with `group` open (closes=False).
+        Depth-first over trie nodes and token prefixes together."""
         strings = self._sorted[boundary]
         trie = self.trie
-        records: list[tuple[int, int, ClosingGroup]] = []
+        records: list[WalkRecord] = []
         stack: list[tuple[tuple[int, ...], str, int, int]] = [(start, "", 0, len(strings))]
         while stack:
             nodes, prefix, lo, hi = stack.pop()
@@ -257,8 +288,12 @@ class SurfaceGuard:
                 if ch == SPACE:
                     group = tuple(n for n in nodes if n in self.trie.entities)
                     if group:
-                        records.append((a, b, group))
+                        records.append((a, b, group, True))
                 nxt = tuple(c for n in nodes if (c := trie.child(n, ch)) >= 0)
                 if nxt:
+                    if ch != SPACE and any(n in trie.entities for n in nxt):
+                        exact_end = bisect.bisect_right(strings, extended, a, b)   # tokens == extended
+                        if exact_end > a:
+                            records.append((a, exact_end, nxt, False))
                     stack.append((nxt, extended, a, b))
         return records

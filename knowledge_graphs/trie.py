@@ -43,7 +43,7 @@ def encode_forms(
                 owners.append(entity_id)
     for chunk in range(0, len(texts), _BATCH):
         # in chunks: an Encoding object is heavy, and a large KG has ~600k variants
-        encodings = tokenizer.encode_batch(texts[chunk : chunk + _BATCH], add_special_tokens=False)
+        encodings = tokenizer.encode_batch_fast(texts[chunk : chunk + _BATCH], add_special_tokens=False)  # no offsets
         for entity_id, encoding in zip(owners[chunk : chunk + _BATCH], encodings, strict=True):
             ids = encoding.ids
             start = 0

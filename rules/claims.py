@@ -74,7 +74,7 @@ class Document:
         """KG entity mentions of the given types over the whole text (empty without a KG)."""
         key = frozenset(types)
         if key not in self._mentions:
-            self._mentions[key] = mention_finder(self.kg, key).find(self.text) if self.kg is not None else []
+            self._mentions[key] = mention_finder(self.kg).find(self.text, key) if self.kg is not None else []
         return self._mentions[key]
 
     def sentence_of(self, offset: int) -> Sentence:

@@ -1,6 +1,6 @@
 """KG entity mentions in text: an Aho-Corasick automaton over the KG's normalised surface forms.
 
-Built once per (KG version, entity types) and cached, so per-call cost is one linear scan. Matching runs on
+Built once per KG version and cached, so per-call cost is one linear scan. Matching runs on
 the same normalisation as `KnowledgeGraph.lookup` (casefold, punctuation -> space) and maps every hit back
 to character offsets in the original text. Longest match wins; overlapping shorter hits are dropped.
 """
@@ -51,17 +51,17 @@ def normalise_with_offsets(text: str) -> tuple[str, list[int]]:
 
 
 class MentionFinder:
-    def __init__(self, kg: KnowledgeGraph, types: Collection[str]):
+    """One automaton over every surface form of every entity of a KG; `find` filters by entity type before
+    the longest-match pass, so a longer form of an unwanted type never hides a wanted one."""
+
+    def __init__(self, kg: KnowledgeGraph):
         self.kg = kg
-        self.types = frozenset(types)
         self.automaton = ahocorasick.Automaton()
         forms: dict[str, dict[str, list[str]]] = {}   # normalised form -> type -> ids
         # Acronym-only forms ("AND" = Andorra, "CAN" = Canada, "CTR") match only when written in capitals.
         self.caps_only: set[str] = set()
         lower_ok: set[str] = set()
         for entity in kg.entities():
-            if entity.type not in self.types:
-                continue
             for surface in entity.surface_forms:
                 form = normalise_alias(surface)
                 if len(form) < MIN_FORM_LENGTH and not form.isdigit():
@@ -80,17 +80,21 @@ class MentionFinder:
             self.automaton.make_automaton()
         self._empty = not forms
 
-    def find(self, text: str) -> list[Mention]:
+    def find(self, text: str, types: Collection[str]) -> list[Mention]:
         if self._empty:
             return []
+        wanted = frozenset(types)
         normalised, offsets = normalise_with_offsets(text)
         hits: list[tuple[int, int, dict[str, list[str]]]] = []
         for end_index, (form, by_type) in self.automaton.iter(normalised):
+            kept = {t: ids for t, ids in by_type.items() if t in wanted}
+            if not kept:
+                continue
             # the key is " form ": its first letter sits at end_index - len(form), its last at end_index - 1
             start, end = offsets[end_index - len(form)], offsets[end_index - 1] + 1
             if form in self.caps_only and not text[start:end].isupper():
                 continue
-            hits.append((start, end, by_type))
+            hits.append((start, end, kept))
         hits.sort(key=lambda h: (h[0], -(h[1] - h[0])))
         mentions: list[Mention] = []
         taken_until = -1
@@ -103,11 +107,11 @@ class MentionFinder:
         return mentions
 
 
-@lru_cache(maxsize=16)
-def _finder(kg_id: int, kg_version: str, types: frozenset[str], kg: KnowledgeGraph) -> MentionFinder:
-    return MentionFinder(kg, types)
+@lru_cache(maxsize=8)
+def _finder(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> MentionFinder:
+    return MentionFinder(kg)
 
 
-def mention_finder(kg: KnowledgeGraph, types: Collection[str]) -> MentionFinder:
-    """The cached finder for this KG and these entity types."""
-    return _finder(id(kg), kg.version, frozenset(types), kg)
+def mention_finder(kg: KnowledgeGraph) -> MentionFinder:
+    """The cached finder for this KG (built once per KG object and version)."""
+    return _finder(id(kg), kg.version, kg)

@@ -28,7 +28,8 @@ _FREQUENCIES: list[tuple[re.Pattern[str], int | None]] = [
     (re.compile(r"^\W{0,3}(?:by mouth |orally |po )?(?:twice|2 times|two times) (?:daily|a day|per day|each day)|^\W{0,3}(?:b\.?i\.?d\.?)\b", re.I), 2),
     (re.compile(r"^\W{0,3}(?:by mouth |orally |po )?(?:three times|3 times|thrice) (?:daily|a day|per day|each day)|^\W{0,3}t\.?i\.?d\.?\b", re.I), 3),
     (re.compile(r"^\W{0,3}(?:by mouth |orally |po )?(?:four times|4 times) (?:daily|a day|per day|each day)|^\W{0,3}q\.?i\.?d\.?\b", re.I), 4),
-    (re.compile(r"^\W{0,3}(?:by mouth |orally |po )?(?:daily|a day|per day|/day|/ day|each day|every day|q\.?d\.?\b|in (?:divided|\d+) doses)", re.I), 1),
+    (re.compile(r"^\W{0,3}(?:by mouth |orally |po )?(?:daily|a day|per day|/day|/ day|each day|every day|q\.?d\.?\b|"
+                r"in (?:divided|\d+) doses|(?:in|per|every|within|over) (?:any |a )?24[- ]?h(?:ours?|r)?|/24 ?h)", re.I), 1),
 ]
 _N_TIMES = re.compile(r"^\W{0,3}(?:by mouth |orally |po )?(?P<n>\d+|one|two|three|four|five|six|seven|eight|nine|ten) times? "
                       r"(?:daily|a day|per day|each day|every day)", re.I)
@@ -40,7 +41,7 @@ _MAXIMUM_BEFORE = re.compile(
     r"[^.;]{0,60}$", re.I,
 )
 _SINGLE_BEFORE = re.compile(r"(?:single|per) dose[^.;]{0,40}$", re.I)
-_DAILY_BEFORE = re.compile(r"(?:daily|per day|a day|/day)\b[^.;]{0,80}$", re.I)
+_DAILY_BEFORE = re.compile(r"(?:daily|per day|a day|/day|24[- ]hours?)\b[^.;]{0,80}$", re.I)
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,8 +50,11 @@ def verify(
 ) -> Report:
     """Extract the checkable claims of `text` and judge each against the domain's validators.
 
-    `pack` is a loaded RulePack, a path to a pack file, or None for the bundled pack of `domain`;
-    `intent` restricts the rules to those that apply to it; `kg` overrides `knowledge_graphs.load_kg(domain)`.
+    `prompt` (the question that produced `text`) supplies context the answer leaves implicit: the patient
+    population of a dose ("my child") and the date a list claim refers to. `pack` is a loaded RulePack, a
+    path to a pack file, or None for the bundled pack of `domain`; `intent` restricts the rules to those that
+    apply to it; `kg` overrides `knowledge_graphs.load_kg(domain)`.
+    Raises UnknownDomainError / EmptyTextError (ValueError subclasses) and PackError for a bad pack.
     """
     if domain not in DOMAINS:
         raise UnknownDomainError(f"unknown domain {domain!r} (known: {', '.join(DOMAINS)})")

@@ -178,7 +178,7 @@ def _padded(ids: list[int], labels: list[int], context: int) -> tuple[list[int],
 
 # -- model and training ---------------------------------------------------------------------------------
 def build_model(config: TrainConfig, vocab_size: int, tokenizer: Tokenizer) -> Any:
-    from transformers import LlamaConfig, LlamaForCausalLM   # dev dependency: only this script needs it
+    from transformers import LlamaConfig, LlamaForCausalLM  # dev dependency: only this script needs it
 
     hf_config = LlamaConfig(
         vocab_size=vocab_size, hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,

@@ -11,15 +11,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from auditor import reaudit, scoring
+from auditor import audit_log, reaudit, scoring
 from auditor.api.errors import ApiError
 from auditor.api.state import get_services
 from auditor.auth import Principal, authenticate, require_role
+from auditor.scoring import write_session
 from auditor.task_queue import TaskQueue
 from auditor.worker_settings import WorkerSettings
 
@@ -59,13 +60,16 @@ class ReauditOut(BaseModel):
     summary: dict[str, Any] | None
 
 
-def _reader(principal: Principal = Depends(authenticate)) -> Principal:
+def _reader(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:
     return require_role(principal, "auditor", "admin")
 
 
+Reader = Annotated[Principal, Depends(_reader)]
+
+
 @router.post("", status_code=202, response_model=ReauditOut)
-def create_reaudit(request: Request, body: dict[str, Any] = Body(...),
-                   principal: Principal = Depends(_reader)) -> ReauditOut:
+def create_reaudit(request: Request, body: Annotated[dict[str, Any], Body()],
+                   principal: Reader) -> ReauditOut:
     spec = _parse(body)
     if spec.filter is not None and spec.filter.tenant not in (None, principal.tenant) and principal.role != "admin":
         raise ApiError(403, "only admins may re-audit other tenants' records", code="insufficient_role",
@@ -81,27 +85,27 @@ def create_reaudit(request: Request, body: dict[str, Any] = Body(...),
     except reaudit.ReauditError as exc:
         raise ApiError(400, str(exc), code="invalid_reaudit") from exc
     reaudit.start_job(services.database, task_queue(request), job_id)
-    return _job_out(request, job_id, principal)
+    return _job_out(request, job_id, principal, action="reaudit_create")
 
 
 @router.get("/{job_id}", response_model=ReauditOut)
-def get_reaudit(job_id: str, request: Request, principal: Principal = Depends(_reader)) -> ReauditOut:
+def get_reaudit(job_id: str, request: Request, principal: Reader) -> ReauditOut:
     return _job_out(request, job_id, principal)
 
 
 @router.post("/{job_id}/cancel", response_model=ReauditOut)
-def cancel_reaudit(job_id: str, request: Request, principal: Principal = Depends(_reader)) -> ReauditOut:
+def cancel_reaudit(job_id: str, request: Request, principal: Reader) -> ReauditOut:
     with _job_errors():
         reaudit.cancel_job(get_services(request).database, job_id, tenant_scope=principal.tenant_scope)
-    return _job_out(request, job_id, principal)
+    return _job_out(request, job_id, principal, action="reaudit_cancel")
 
 
 @router.post("/{job_id}/resume", response_model=ReauditOut)
-def resume_reaudit(job_id: str, request: Request, principal: Principal = Depends(_reader)) -> ReauditOut:
+def resume_reaudit(job_id: str, request: Request, principal: Reader) -> ReauditOut:
     with _job_errors():
         reaudit.resume_job(get_services(request).database, task_queue(request), job_id,
                            tenant_scope=principal.tenant_scope)
-    return _job_out(request, job_id, principal)
+    return _job_out(request, job_id, principal, action="reaudit_resume")
 
 
 def _parse(body: dict[str, Any]) -> ReauditCreate:
@@ -133,16 +137,26 @@ def _job_errors() -> Iterator[None]:
         raise ApiError(409, str(exc), code="reaudit_finished") from exc
 
 
-def _job_out(request: Request, job_id: str, principal: Principal) -> ReauditOut:
-    with get_services(request).database.session() as session, _job_errors():
+def _job_out(request: Request, job_id: str, principal: Principal, *, action: str | None = None) -> ReauditOut:
+    """The job with its progress. Changes and reads of a finished job's summary (it quotes records' claims)
+    go to the access log; polls of a running job do not, so watching a job cannot flood the log."""
+    database = get_services(request).database
+    with database.session() as session, _job_errors():
         job = reaudit.get_job(session, job_id, tenant_scope=principal.tenant_scope)
-        progress = reaudit.progress_of(session, job)
-        return ReauditOut(
+        out = ReauditOut(
             id=job.id, status=job.status, source=job.source, filter=job.filters, import_id=job.import_id,
             evaluator_version=job.evaluator_version, created_at=job.created_at, started_at=job.started_at,
             cancelled_at=job.cancelled_at, finished_at=job.finished_at,
-            progress=ReauditProgress(**progress), summary=job.summary,
+            progress=ReauditProgress(**reaudit.progress_of(session, job)), summary=job.summary,
         )
+    if action is not None or out.summary is not None:
+        # A write transaction of its own: on SQLite, upgrading the read above to a writer could hit
+        # SQLITE_BUSY while workers commit evaluations.
+        with write_session(database) as session:
+            audit_log.log_access(session, key_id=principal.key_id, tenant=principal.tenant, role=principal.role,
+                                 action=action or "reaudit_show", target=out.id, filters=out.filter,
+                                 result_count=out.progress.total)
+    return out
 
 
 def _evaluator_version() -> str:

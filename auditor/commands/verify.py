@@ -10,6 +10,7 @@ from pathlib import Path
 from auditor.cli import CliError
 
 DOMAINS = ("finance", "medical", "legal")
+EVIDENCE_CHARS = 140   # the table shows the first evidence item; --json has all of it
 VERDICT_STYLES = {"supported": "green", "contradicted": "bold red", "unverifiable": "yellow"}
 
 
@@ -75,6 +76,7 @@ def print_table(report: object) -> None:
     for index, claim in enumerate(report.claims):
         style = VERDICT_STYLES[claim.verdict]
         evidence = claim.evidence[0].description if claim.evidence else ""
+        evidence = evidence if len(evidence) <= EVIDENCE_CHARS else evidence[:EVIDENCE_CHARS - 1] + "…"
         table.add_row(str(index), f"[{style}]{claim.verdict}[/]", claim.kind, claim.text, f"{claim.confidence:.2f}",
                       evidence)
     console.print(table)

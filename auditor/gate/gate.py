@@ -10,9 +10,9 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from auditor.gate.injection import assess_injection
-from auditor.gate.pii import PiiMatch, find_pii, redact_pii
-from auditor.gate.policy import policies_for
+from auditor.gate.injection import SIGNALS_SOURCE, assess_injection
+from auditor.gate.pii import PiiMatch, detector_versions, find_pii, redact_pii
+from auditor.gate.policy import POLICY_SOURCE, policies_for
 
 ACTIONS = ("allow", "annotate", "redact", "block", "refuse")
 _RANK = {action: rank for rank, action in enumerate(ACTIONS)}
@@ -63,18 +63,20 @@ def check_input(text: str, *, intent: str | None, annotate_score: float, refuse_
         kinds = sorted({m.kind for m in pii})
         decisions.append(GateDecision("input", "pii.input", "redact",
                                       f"{len(pii)} PII span(s) redacted from the stored prompt ({', '.join(kinds)})",
-                                      {"kinds": kinds, "count": len(pii), "applies_to": "stored copy"}))
+                                      {"kinds": kinds, "count": len(pii), "applies_to": "stored copy",
+                                       "detectors": detector_versions()}))
     injection = assess_injection(text)
     if injection.score >= annotate_score:
         action = "refuse" if injection.score >= refuse_score else "annotate"
         decisions.append(GateDecision(
             "input", "injection.score", action,
             f"prompt-injection score {injection.score:.2f} ({'; '.join(s.description for s in injection.hits)})",
-            {"score": injection.score, "signals": [s.rule_id for s in injection.hits]},
+            {"score": injection.score, "signals": [s.rule_id for s in injection.hits], "provenance": SIGNALS_SOURCE},
         ))
     annotations = []
     for policy in policies_for(intent):
-        decisions.append(GateDecision("input", policy.rule_id, policy.action, policy.message, {"intent": intent}))
+        decisions.append(GateDecision("input", policy.rule_id, policy.action, policy.message,
+                                      {"intent": intent, "provenance": POLICY_SOURCE}))
         if policy.action == "annotate":
             annotations.append(policy.message)
     return InputGateResult(redacted, pii, decisions, annotations)

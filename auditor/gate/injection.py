@@ -9,6 +9,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+# Where the phrasings come from; stored with every injection decision.
+SIGNALS_SOURCE = {
+    "source": "OWASP Top 10 for LLM Applications 2025, LLM01:2025 Prompt Injection (example attack phrasings)",
+    "locator": "https://genai.owasp.org/llmrisk/llm01-prompt-injection/",
+    "as_of": "2026-12-02",
+    "version": "injection-signals/1",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class InjectionSignal:

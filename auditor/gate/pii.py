@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import version
 
 import phonenumbers
 from schwifty import IBAN
@@ -47,6 +49,12 @@ def find_pii(text: str, *, phone_region: str = "US") -> list[PiiMatch]:
         if not chosen or match.start >= chosen[-1].end:
             chosen.append(match)
     return chosen
+
+
+@cache
+def detector_versions() -> dict[str, str]:
+    """The packages whose rules decide what counts as PII, for the audit record."""
+    return {name: version(name) for name in ("phonenumbers", "python-stdnum", "schwifty")}
 
 
 def redact_pii(text: str, matches: list[PiiMatch] | None = None) -> tuple[str, list[PiiMatch]]:

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# These are this service's own policies (not a regulator's text); stored with every policy decision.
+POLICY_SOURCE = {"source": "auditor built-in domain policies", "locator": "auditor/gate/policy.py",
+                 "as_of": "2026-12-02", "version": "domain-policies/1"}
+
 
 @dataclass(frozen=True, slots=True)
 class DomainPolicy:

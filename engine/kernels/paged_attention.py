@@ -8,7 +8,8 @@ prefill, where each sequence has its own query length.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import cache
 
 import torch
 import torch.nn.functional as F
@@ -111,7 +112,8 @@ def paged_attention_prefill_torch(
     return out
 
 
-def _triton_decode():
+@cache
+def _triton_decode() -> Callable[..., torch.Tensor] | None:
     try:
         from engine.kernels.triton_paged_attention import paged_attention_decode_triton
     except Exception:  # noqa: BLE001 - no Triton / no GPU build: the torch path serves

@@ -11,7 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from knowledge_graphs.curated import (
-    CuratedDataError, Manifest, iso_date, load_generic, load_manifest, provenance_of, read_yaml, records, require,
+    CuratedDataError,
+    Manifest,
+    iso_date,
+    load_generic,
+    load_manifest,
+    provenance_of,
+    read_yaml,
+    records,
+    require,
 )
 from knowledge_graphs.model import Entity, Fact
 from knowledge_graphs.sources.common import DomainData, package_provenance, package_versions

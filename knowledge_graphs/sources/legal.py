@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from knowledge_graphs.curated import (
-    CuratedDataError, Manifest, load_generic, load_manifest, provenance_of, read_yaml, records, require, slugify,
+    CuratedDataError,
+    Manifest,
+    load_generic,
+    load_manifest,
+    provenance_of,
+    read_yaml,
+    records,
+    require,
+    slugify,
 )
 from knowledge_graphs.model import Entity, Fact
 from knowledge_graphs.sources.common import DomainData, package_provenance, package_versions

@@ -9,23 +9,32 @@ Curated files in data/medical/:
 from __future__ import annotations
 
 import bz2
+import importlib.util
 import pickle
 from collections import Counter
-from collections.abc import Callable, Iterable
-import importlib.util
-from xml.etree import ElementTree
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 from knowledge_graphs.curated import (
-    CuratedDataError, Manifest, load_generic, load_manifest, provenance_of, read_yaml, records, require, slugify,
+    CuratedDataError,
+    Manifest,
+    load_generic,
+    load_manifest,
+    provenance_of,
+    read_yaml,
+    records,
+    require,
+    slugify,
 )
 from knowledge_graphs.model import Entity, Fact, Provenance
 from knowledge_graphs.sources.common import DomainData, package_provenance, package_versions
 
 DRUG_NER = "drug-named-entity-recognition"
 ICD10CM = "simple-icd-10-cm"
-DOSE_UNITS = frozenset({"mg", "mcg", "g", "units", "mg/kg", "mcg/kg", "units/kg"})
+DOSE_UNITS = frozenset({"mg", "mcg", "g", "units", "mg/kg"})   # the schema's units
 SEVERITIES = frozenset({"major", "moderate"})
 # Which label section each kind of curated fact is read from (PLR-format US prescribing information).
 LABEL_SECTIONS = {
@@ -192,71 +201,82 @@ def condition_code_facts(conditions: Iterable[Entity], known_codes: set[str]) ->
 def label_facts(path: Path, manifest: Manifest, name_to_id: dict[str, str],
                 conditions: set[str], classes: set[str]) -> list[Fact]:
     """Facts from `labels:` records; every reference must resolve, so a typo fails loudly, naming the record."""
-    raw = read_yaml(path)
-    facts: list[Fact] = []
-    seen: set[tuple[str, str, str]] = set()
+    reader = _LabelReader(name_to_id, conditions, classes)
+    for where, rec in records(read_yaml(path), "labels", path):
+        require(rec, ("drug",), where=where)
+        reader.read(rec, provenance_of(rec, manifest, where=where, locator_key="label"), where)
+    return reader.facts
 
-    def resolve_drug(name: str, where: str) -> str:
-        entity_id = name_to_id.get(str(name).casefold())
+
+@dataclass(slots=True)
+class _LabelReader:
+    name_to_id: dict[str, str]
+    conditions: set[str]
+    classes: set[str]
+    facts: list[Fact] = field(default_factory=list)
+    seen: set[tuple[str, str, str]] = field(default_factory=set)
+
+    def read(self, rec: dict[str, Any], label: Provenance, where: str) -> None:
+        subject = self.drug(rec["drug"], where)
+        for slug in rec.get("classes") or []:
+            self.add(Fact(subject, "in_class", self.ref("drug_class", slug, self.classes, where),
+                          provenance=_section(label, "in_class")))
+        for relation in ("indicated_for", "contraindicated_in"):
+            for slug in rec.get(relation) or []:
+                self.add(Fact(subject, relation, self.ref("condition", slug, self.conditions, where),
+                              provenance=_section(label, relation)))
+        for relation in ("max_daily_dose", "max_single_dose"):
+            for dose in rec.get(relation) or []:
+                self.facts.append(_dose_fact(subject, relation, dose, label, f"{where} {relation}"))
+        for item in rec.get("interacts_with") or []:
+            inner = f"{where} interacts_with {item.get('drug')!r}"
+            require(item, ("drug", "severity", "effect"), where=inner)
+            if item["severity"] not in SEVERITIES:
+                raise CuratedDataError(f"{inner}: severity must be one of {sorted(SEVERITIES)}")
+            other = self.drug(item["drug"], inner)
+            qualifiers = {"severity": item["severity"], "effect": str(item["effect"])}
+            provenance = _section(label, "interacts_with", item)
+            # Interactions are symmetric: store both directions so either drug's facts() finds it.
+            self.add(Fact(subject, "interacts_with", other, qualifiers=qualifiers, provenance=provenance))
+            self.add(Fact(other, "interacts_with", subject, qualifiers=dict(qualifiers), provenance=provenance))
+
+    def add(self, fact: Fact) -> None:
+        if fact.object is not None:     # an interaction curated on both labels stays one fact per direction
+            key = (fact.subject, fact.relation, fact.object)
+            if key in self.seen:
+                return
+            self.seen.add(key)
+        self.facts.append(fact)
+
+    def drug(self, name: str, where: str) -> str:
+        entity_id = self.name_to_id.get(str(name).casefold())
         if entity_id is None:
             raise CuratedDataError(f"{where}: drug {name!r} is not in {DRUG_NER}'s dictionary")
         return entity_id
 
+    @staticmethod
     def ref(kind: str, value: str, known: set[str], where: str) -> str:
         entity_id = f"{kind}:{value}"
         if entity_id not in known:
             raise CuratedDataError(f"{where}: unknown {kind} {value!r}")
         return entity_id
 
-    for where, rec in records(raw, "labels", path):
-        require(rec, ("drug",), where=where)
-        base = provenance_of(rec, manifest, where=where, locator_key="label")
-        subject = resolve_drug(rec["drug"], where)
 
-        def prov(relation: str, item: dict[str, Any] | None = None) -> Provenance:
-            """Label name + section; an item may name another label (`label:`) or section (`section:`)."""
-            item = item or {}
-            label = item.get("label") or base.locator
-            return Provenance(base.source, f"{label}, {item.get('section') or LABEL_SECTIONS[relation]}", base.as_of)
-
-        def add(fact: Fact) -> None:
-            if fact.object is not None:     # an interaction curated on both labels is one fact per direction
-                key = (fact.subject, fact.relation, fact.object)
-                if key in seen:
-                    return
-                seen.add(key)
-            facts.append(fact)
-
-        for slug in rec.get("classes") or []:
-            add(Fact(subject, "in_class", ref("drug_class", slug, classes, where), provenance=prov("in_class")))
-        for relation in ("indicated_for", "contraindicated_in"):
-            for slug in rec.get(relation) or []:
-                add(Fact(subject, relation, ref("condition", slug, conditions, where), provenance=prov(relation)))
-        for relation in ("max_daily_dose", "max_single_dose"):
-            for dose in rec.get(relation) or []:
-                facts.append(_dose_fact(subject, relation, dose, prov, f"{where} {relation}"))
-        for item in rec.get("interacts_with") or []:
-            inner = f"{where} interacts_with {item.get('drug')!r}"
-            require(item, ("drug", "severity", "effect"), where=inner)
-            if item["severity"] not in SEVERITIES:
-                raise CuratedDataError(f"{inner}: severity must be one of {sorted(SEVERITIES)}")
-            other = resolve_drug(item["drug"], inner)
-            qualifiers = {"severity": item["severity"], "effect": str(item["effect"])}
-            provenance = prov("interacts_with", item)
-            # Interactions are symmetric: store both directions so either drug's facts() finds it.
-            add(Fact(subject, "interacts_with", other, qualifiers=qualifiers, provenance=provenance))
-            add(Fact(other, "interacts_with", subject, qualifiers=dict(qualifiers), provenance=provenance))
-    return facts
+def _section(label: Provenance, relation: str, item: dict[str, Any] | None = None) -> Provenance:
+    """Label name + the section this kind of fact comes from; an item may name another `label` or `section`."""
+    item = item or {}
+    name = item.get("label") or label.locator
+    return Provenance(label.source, f"{name}, {item.get('section') or LABEL_SECTIONS[relation]}", label.as_of)
 
 
-def _dose_fact(subject: str, relation: str, dose: Any, prov: Callable[..., Provenance], where: str) -> Fact:
+def _dose_fact(subject: str, relation: str, dose: Any, label: Provenance, where: str) -> Fact:
     if not isinstance(dose, dict):
         raise CuratedDataError(f"{where}: each dose must be a mapping")
     require(dose, ("value", "unit", "route", "population"), where=where)
     if dose["unit"] not in DOSE_UNITS:
         raise CuratedDataError(f"{where}: unit {dose['unit']!r} not in {sorted(DOSE_UNITS)}")
-    if not isinstance(dose["value"], (int, float)) or dose["value"] <= 0:
+    if isinstance(dose["value"], bool) or not isinstance(dose["value"], (int, float)) or dose["value"] <= 0:
         raise CuratedDataError(f"{where}: value must be a positive number, got {dose['value']!r}")
     qualifiers = {k: v for k, v in dose.items() if k not in ("value", "unit", "label", "section")}
     return Fact(subject, relation, value=dose["value"], unit=dose["unit"], qualifiers=qualifiers,
-                provenance=prov(relation, dose))
+                provenance=_section(label, relation, dose))

@@ -113,6 +113,7 @@ def upgrade() -> None:
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('seq', sa.BigInteger(), nullable=False),
     sa.Column('record_hash', sa.String(length=64), nullable=False),
+    sa.Column('signature', sa.String(length=64), nullable=True),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_chain_head'))
     )
     op.create_table('checkpoints',

@@ -48,7 +48,25 @@ def identifiers(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
             finding = _check_bic(raw) if kind == "bic" else _check_iban(raw) if kind == "iban" else _check_stdnum(raw, kind)
             finding.span = (start, end)
             findings.append(finding)
+        findings.extend(_isin_cusip_mismatch(doc, [f for f in findings if sentence.start <= f.span[0] < sentence.end]))
     return findings
+
+
+def _isin_cusip_mismatch(doc: Document, found: list[Finding]) -> list[Finding]:
+    """A US/CA ISIN embeds the CUSIP (characters 3-11): both in one sentence must agree."""
+    isins = [f for f in found if f.meta.get("type") == "isin" and f.verdict == "supported" and f.text[:2] in ("US", "CA")]
+    cusips = [f for f in found if f.meta.get("type") == "cusip" and f.verdict == "supported"]
+    out = []
+    for cusip_finding in cusips:
+        for isin_finding in isins:
+            if isin_finding.text[2:11] != cusip_finding.text:
+                later = max(isin_finding, cusip_finding, key=lambda f: f.span[0])
+                out.append(Finding(later.text, later.span, "consistency", "contradicted", 0.9,
+                                   [Evidence(kind="consistency", description=f"ISIN {isin_finding.text} embeds CUSIP "
+                                             f"{isin_finding.text[2:11]}, not {cusip_finding.text}",
+                                             source=package_source("python-stdnum"), locator="ISO 6166 (US/CA ISIN = "
+                                             "country code + CUSIP + check digit)")]))
+    return out
 
 
 def _identifier_candidates(sentence: Sentence) -> list[tuple[int, int, str | None]]:
@@ -289,13 +307,28 @@ def list_membership(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
             continue
         list_ids = list(dict.fromkeys(list_id for list_id, _ in sorted(named, key=lambda n: n[1])))
         countries = doc.mentions_in(sentence, ["country"])
-        claimed_date = stated_date(sentence.text)
-        negated = bool(_NEGATION.search(sentence.text))
+        # the date the claim is about: the sentence's own, else the question's ("as of June 2025, is ...?")
+        claimed_date = stated_date(sentence.text) or (stated_date(doc.prompt) if doc.prompt else None)
+        clauses = _clauses(sentence)
         for country in countries:
+            # polarity is per clause: "Kenya is on the grey list, but Germany is not"
+            clause = next((c for c in clauses if c[0] <= country.start < c[1]), (sentence.start, sentence.end))
+            negated = bool(_NEGATION.search(doc.text[clause[0]:clause[1]]))
             for list_id in list_ids:
                 findings.append(_judge_membership(doc, country.entity_ids[0], list_id, negated, claimed_date,
                                                   (country.start, country.end), stale_days))
     return findings
+
+
+_CLAUSE_BREAK = re.compile(r",?\s+(?:but|while|whereas|although|though|however|yet)\s+|;\s*", re.I)
+
+
+def _clauses(sentence: Sentence) -> list[tuple[int, int]]:
+    """Document-offset spans of the sentence's contrastive clauses."""
+    bounds = [sentence.start]
+    bounds += [sentence.start + m.start() for m in _CLAUSE_BREAK.finditer(sentence.text)]
+    bounds.append(sentence.end)
+    return [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
 
 
 def list_snapshots(doc: Document, list_id: str) -> dict[str, set[str]]:

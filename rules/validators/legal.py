@@ -71,12 +71,16 @@ def resolve_court(court_text: str) -> list[dict[str, Any]]:
 _NAME_NOISE = frozenset("the of and in re ex parte matter inc co corp ltd llc et al a an for".split())
 
 
+_WORD = re.compile(r"[a-z0-9]+")
+_VERSUS = re.compile(r"\s+v\.?\s+")
+
+
 def _party_words(party: str) -> list[str]:
-    return [w for w in re.findall(r"[a-z0-9]+", party.casefold()) if w not in _NAME_NOISE]
+    return [w for w in _WORD.findall(party.casefold()) if w not in _NAME_NOISE]
 
 
 def _party_keys(name: str) -> tuple[str, str] | None:
-    parts = re.split(r"\s+v\.?\s+", name, maxsplit=1)
+    parts = _VERSUS.split(name, maxsplit=1)
     if len(parts) != 2:
         return None
     left, right = _party_words(parts[0]), _party_words(parts[1])
@@ -95,6 +99,24 @@ def names_match(a: str, b: str) -> bool:
     return bool(wa and wb) and (wa <= wb or wb <= wa)
 
 
+def names_equivalent(a: str, b: str) -> bool:
+    """Strict: each party of one name is a (possibly abbreviated) shortening of the same party of the other,
+    so "Brown v. Bd. of Educ." = "Brown v. Board of Education" but "Miller v. United States" !=
+    "Miller v. United Airlines"."""
+    pa, pb = _parties(a), _parties(b)
+    if pa is None or pb is None:
+        return False
+    return all(_party_covers(x, y) for x, y in zip(pa, pb, strict=True))
+
+
+def _party_covers(a: str, b: str) -> bool:
+    wa, wb = _party_words(a), _party_words(b)
+    if not wa or not wb:
+        return False
+    short, long = (wa, wb) if len(wa) <= len(wb) else (wb, wa)
+    return all(any(w == v or _abbreviates(w, v) for v in long) for w in short)
+
+
 def names_clearly_differ(a: str, b: str) -> bool:
     """A party that no abbreviation, acronym or shortening can explain ("Miranda" for "Brown")."""
     pa, pb = _parties(a), _parties(b)
@@ -104,7 +126,7 @@ def names_clearly_differ(a: str, b: str) -> bool:
 
 
 def _parties(name: str) -> tuple[str, str] | None:
-    parts = re.split(r"\s+v\.?\s+", name, maxsplit=1)
+    parts = _VERSUS.split(name, maxsplit=1)
     return (parts[0], parts[1]) if len(parts) == 2 else None
 
 
@@ -133,6 +155,7 @@ def _initials(party: str) -> str:
 class CaseIndex:
     def __init__(self, kg: KnowledgeGraph):
         self.by_citation: dict[str, Entity] = {}
+        self.by_word: dict[str, list[Entity]] = {}     # plaintiff word -> cases and fabrications
         self.cases: list[Entity] = list(kg.entities("case"))
         self.fabricated: list[Entity] = list(kg.entities("fabricated_citation"))
         self.fabricated_by_citation: dict[str, Entity] = {}
@@ -144,12 +167,28 @@ class CaseIndex:
             key = _entity_citation_key(fake)
             if key:
                 self.fabricated_by_citation[key] = fake
+        for entity in [*self.cases, *self.fabricated]:
+            for form in entity.surface_forms:
+                parties = _parties(form)
+                for word in set(_party_words(parties[0])) if parties else ():
+                    bucket = self.by_word.setdefault(word, [])
+                    if entity not in bucket:
+                        bucket.append(entity)
+
+    def _candidates(self, name: str, entity_type: str) -> list[Entity]:
+        """Records whose plaintiff contains the cited plaintiff's first significant word."""
+        parties = _parties(name)
+        words = _party_words(parties[0]) if parties else []
+        if not words:
+            return []
+        return [e for e in self.by_word.get(words[0], []) if e.type == entity_type]
 
     def cases_named(self, name: str) -> list[Entity]:
-        return [c for c in self.cases if any(names_match(name, form) for form in c.surface_forms)]
+        return [c for c in self._candidates(name, "case") if any(names_equivalent(name, f) for f in c.surface_forms)]
 
     def fabricated_named(self, name: str) -> list[Entity]:
-        return [f for f in self.fabricated if names_match(name, f.name)]
+        return [f for f in self._candidates(name, "fabricated_citation")
+                if any(names_equivalent(name, form) for form in f.surface_forms)]
 
 
 def _entity_citation_key(entity: Entity) -> str | None:

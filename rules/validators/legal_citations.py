@@ -14,14 +14,15 @@ from functools import cache
 from typing import Any
 
 import reporters_db
-from eyecite import get_citations
-from eyecite.models import FullCaseCitation
+from eyecite.models import CitationToken
+from eyecite.tokenizers import default_tokenizer
 
 # volume + reporter-ish token (capitalised abbreviations, at least one period) + page
 _CITATION_SHAPE = re.compile(
     r"\b(?P<volume>\d{1,4})\s+(?P<reporter>(?:[A-Z][A-Za-z']{0,9}\.?\s?){1,5}(?:\d(?:d|th|st|nd|rd)\.?)?)\s+"
     r"(?P<page>\d{1,7})\b"
 )
+_STATUTE_WORDS = re.compile(r"\b(?:Code|Codes|C\.\s?S|Stat|Stats|Const|Rev|Ann|Laws|Reg|Regs|Admin|Gen|Comp|Acts)\b\.?")
 _PARENTHETICAL = re.compile(r"^(?:,\s*\d+(?:[-–]\d+)?)*\s*\((?P<inside>[^()]{0,80})\)")
 _YEAR = re.compile(r"\b(1[6-9]\d{2}|20\d{2})\b")
 _MONTH_DAY = re.compile(r"\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sept?|Oct|Nov|Dec)[a-z]*\.?\s+\d{1,2},?", re.I)
@@ -100,13 +101,17 @@ def _as_datetime(value: Any) -> datetime | None:
 
 def find_case_citations(text: str) -> list[CaseCitation]:
     spans: list[tuple[int, int, str, str, str, bool]] = []
-    for citation in get_citations(text):
-        if not isinstance(citation, FullCaseCitation):
+    # eyecite's tokenizer finds citations to reporters it knows; its metadata step (court, year, parties)
+    # is skipped: it is the slow part and can attach a neighbour's year, so the context is read here.
+    _, tokens = default_tokenizer.tokenize(text)
+    for _, token in tokens:
+        if not isinstance(token, CitationToken) or "page" not in token.groups or "volume" not in token.groups:
             continue
-        start, end = citation.span()
-        groups = citation.groups
-        reporter = citation.corrected_reporter() if hasattr(citation, "corrected_reporter") else groups["reporter"]
-        spans.append((start, end, groups.get("volume") or "", reporter, groups.get("page") or "", True))
+        editions = token.exact_editions or token.variation_editions
+        if editions and all(e.reporter.source in ("laws", "journals") for e in editions):
+            continue  # Statutes at Large, codes, law reviews: not case citations
+        reporter = editions[0].short_name if editions else token.groups["reporter"]
+        spans.append((token.start, token.end, token.groups["volume"], reporter, token.groups["page"], True))
     laws = _law_and_journal_index()
     for match in _CITATION_SHAPE.finditer(text):
         start, end = match.start(), match.end()
@@ -115,8 +120,8 @@ def find_case_citations(text: str) -> list[CaseCitation]:
         written = match.group("reporter").strip()
         if "." not in written and canonical_reporter(written) is None:
             continue  # "2019 Congress 12": no period, no known reporter -> not citation-shaped
-        if _squash(written) in laws or _is_statute_context(text, end):
-            continue
+        if _squash(written) in laws or _is_statute_context(text, end) or _STATUTE_WORDS.search(written):
+            continue  # a code or session-law citation, not a case reporter
         canonical = canonical_reporter(written)
         spans.append((start, end, match.group("volume"), canonical or written, match.group("page"), canonical is not None))
     spans.sort()

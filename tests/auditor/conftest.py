@@ -138,14 +138,28 @@ class FakeEngine:
             )
 
 
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random checkpoint for the real engine, written once per test session."""
+    from tests.auditor.real_engine import write_checkpoint
+
+    return write_checkpoint(tmp_path_factory.mktemp("tiny-model") / "model")
+
+
 @pytest.fixture
 def fake_engine() -> FakeEngine:
     return FakeEngine()
 
 
 @pytest.fixture
-def app_factory(sqlite_url: str, fake_engine: FakeEngine):
-    """Build an app (fake engine, fresh SQLite) and enter its lifespan; yields (client, app)."""
+def app_database_url(sqlite_url: str) -> str:
+    """The database apps are built on; modules override it with `database_url` to run on both backends."""
+    return sqlite_url
+
+
+@pytest.fixture
+def app_factory(app_database_url: str, fake_engine: FakeEngine):
+    """Build an app (fake engine, fresh database) and enter its lifespan; returns a TestClient per call."""
     from fastapi.testclient import TestClient
 
     from auditor.app import create_app
@@ -153,8 +167,10 @@ def app_factory(sqlite_url: str, fake_engine: FakeEngine):
     clients: list[TestClient] = []
 
     def build(**kwargs: Any) -> TestClient:
-        settings = kwargs.pop("settings", None) or make_settings(sqlite_url, **kwargs.pop("overrides", {}))
-        client = TestClient(create_app(settings, engine=kwargs.pop("engine", fake_engine), **kwargs))
+        settings = kwargs.pop("settings", None) or make_settings(app_database_url, **kwargs.pop("overrides", {}))
+        raise_server_exceptions = kwargs.pop("raise_server_exceptions", True)
+        client = TestClient(create_app(settings, engine=kwargs.pop("engine", fake_engine), **kwargs),
+                            raise_server_exceptions=raise_server_exceptions)
         client.__enter__()
         clients.append(client)
         return client

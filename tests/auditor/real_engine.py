@@ -33,8 +33,11 @@ def tiny_medical_kg() -> KnowledgeGraph:
     return KnowledgeGraph("medical", entities, facts, data_version="auditor-test")
 
 
-def build_real_runtime(path: Path) -> tuple[object, runtime.RulesVerifier, runtime.KgKnowledge]:
-    """(engine, verifier, knowledge) on a tiny checkpoint written to `path`."""
-    write_tiny_checkpoint(path, vocab_from_texts=_TEXTS, vocab_size=400, max_position_embeddings=512)
+def write_checkpoint(path: Path) -> Path:
+    return write_tiny_checkpoint(path, vocab_from_texts=_TEXTS, vocab_size=400, max_position_embeddings=512)
+
+
+def build_real_runtime(checkpoint: Path) -> tuple[object, runtime.RulesVerifier, runtime.KgKnowledge]:
+    """(engine, verifier, knowledge) on a tiny checkpoint folder (see `write_checkpoint`)."""
     kgs = {"medical": tiny_medical_kg()}
-    return runtime.load_engine(path, kgs), runtime.RulesVerifier(kgs), runtime.KgKnowledge(kgs)
+    return runtime.load_engine(checkpoint, kgs), runtime.RulesVerifier(kgs), runtime.KgKnowledge(kgs)

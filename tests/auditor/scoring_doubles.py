@@ -14,7 +14,7 @@ import re
 import time
 from typing import Any
 
-from auditor.scoring import ScoringError, Scored
+from auditor.scoring import Scored, ScoringError
 
 _SENTENCE = re.compile(r"[^.!?]+[.!?]?")
 

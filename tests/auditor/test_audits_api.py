@@ -1,4 +1,5 @@
-"""The compliance API: filters, cursor pagination, JSONL/CSV export, verify, and read logging."""
+"""The compliance API on SQLite and PostgreSQL: filters, cursor pagination, JSONL/CSV export, verify,
+and read logging."""
 
 from __future__ import annotations
 
@@ -6,10 +7,17 @@ import csv
 import io
 import json
 
+import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import text
+from sqlalchemy import select, text
 
+from auditor.models import AccessLogEntry
 from tests.auditor.conftest import FakeEngine, ScriptedVerifier
+
+
+@pytest.fixture
+def app_database_url(database_url: str) -> str:
+    return database_url
 
 
 def _chat(client: TestClient, content: str, **headers: str) -> str:
@@ -20,7 +28,7 @@ def _chat(client: TestClient, content: str, **headers: str) -> str:
 
 
 def _populated(app_factory) -> tuple[TestClient, list[str]]:
-    engine = FakeEngine(reply="Aspirin is safe. Warfarin doubles the dose.")
+    engine = FakeEngine(reply="Aspirin is safe. Warfarin doubles the dose für Patienten.")
     client = app_factory(engine=engine, verifier=ScriptedVerifier(
         {"Warfarin": ("contradicted", "annotate"), "Aspirin": ("supported", None)}))
     ids = [_chat(client, f"question {i}", **({"X-Intent": "medical-diagnosis"} if i % 2 else {})) for i in range(5)]
@@ -49,6 +57,7 @@ def test_filters_and_cursor_pagination(app_factory) -> None:
     assert count(rule_id="test.Warfarin") == 5 and count(rule_id="test.Warf") == 0
     assert count(rule_id="policy.medical.disclaimer") == 2
     assert count(q="warfarin doubles") == 5 and count(q="insulin") == 0
+    assert count(q="für patienten") == 5   # non-ASCII text search
     assert count(gate_action="annotate") == 5 and count(model="fake-model") == 5
     assert count(since="2000-01-01T00:00:00Z", until="2000-01-02T00:00:00Z") == 0
 
@@ -89,9 +98,9 @@ def test_every_read_is_logged(app_factory) -> None:
     client.get("/v1/audits/export")
     client.get("/v1/audits/verify")
     with client.app.state.services.database.engine.connect() as conn:
-        rows = conn.execute(text("SELECT action, target, filters, result_count FROM access_log ORDER BY id")).all()
+        rows = conn.execute(select(AccessLogEntry.__table__).order_by(AccessLogEntry.id)).all()
     assert [r.action for r in rows] == ["list", "show", "show", "export", "verify"]
-    assert json.loads(rows[0].filters)["intent"] == "medical-diagnosis" and rows[0].result_count == 2
+    assert rows[0].filters["intent"] == "medical-diagnosis" and rows[0].result_count == 2
     assert rows[1].target == ids[0] and rows[2].result_count == 0
 
 

@@ -150,3 +150,16 @@ def test_checkpoint_interval(database: Database, interval: int) -> None:
     with database.engine.connect() as conn:
         seqs = conn.execute(text("SELECT seq FROM checkpoints ORDER BY seq")).scalars().all()
     assert seqs == list(range(interval, 7, interval))
+
+
+def test_truncation_with_a_rewound_head_is_named(database: Database) -> None:
+    """Deleting the newest records and rewinding the head to match still fails: the head is signed."""
+    ids = _append(database, 3, interval=100)
+    with database.engine.begin() as conn:
+        prev_hash = conn.execute(text("SELECT record_hash FROM audit_records WHERE seq = 2")).scalar()
+        conn.execute(text("DELETE FROM outbox WHERE record_id = :id"), {"id": ids[2]})
+        conn.execute(text("DELETE FROM audit_records WHERE seq = 3"))
+        conn.execute(text("UPDATE chain_head SET seq = 2, record_hash = :h"), {"h": prev_hash})
+    report = _verify(database)
+    assert (report.problem.kind, report.problem.seq) == ("bad_checkpoint", 2)
+    assert "head" in report.problem.detail

@@ -104,6 +104,8 @@ def test_other_tenants_record_is_404(client: TestClient, keyed: dict[str, str]) 
     assert client.get(f"/v1/audits/{audit_id}", headers=_auth(keyed["admin"])).json()["tenant"] == "acme"
     listed = client.get("/v1/audits", headers=_auth(keyed["other_auditor"])).json()["data"]
     assert listed == []
+    assert client.get("/v1/audits/export", headers=_auth(keyed["other_auditor"])).text == ""
+    assert audit_id in client.get("/v1/audits/export", headers=_auth(keyed["auditor"])).text
     _assert_openai_error(client.get("/v1/audits", params={"tenant": "acme"}, headers=_auth(keyed["other_auditor"])), 403)
 
 
@@ -138,7 +140,7 @@ def test_engine_failure_is_500_in_openai_shape_and_recorded(app_factory) -> None
                 yield out
                 raise RuntimeError("step loop died")
 
-    client = app_factory(engine=BrokenEngine())
+    client = app_factory(engine=BrokenEngine(), raise_server_exceptions=False)
     response = client.post("/v1/chat/completions", json=CHAT)
     error = _assert_openai_error(response, 500)
     assert error["code"] == "internal_error" and "Metformin" not in response.text

@@ -1,5 +1,5 @@
-"""Fail closed: when the audit record cannot be committed the client gets 503 (or, mid-stream, an error
-event and no [DONE]) and nothing is half-written."""
+"""Fail closed, on SQLite and PostgreSQL: when the audit record cannot be committed the client gets 503
+(or, mid-stream, an error event and no [DONE]) and nothing is half-written."""
 
 from __future__ import annotations
 
@@ -11,6 +11,11 @@ from sqlalchemy import event, text
 from sqlalchemy.exc import OperationalError
 
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "What treats type 2 diabetes?"}]}
+
+
+@pytest.fixture
+def app_database_url(database_url: str) -> str:
+    return database_url
 
 
 @pytest.fixture

@@ -125,3 +125,20 @@ def test_cli_import_reports_lines_and_strict_fails_in_one_line(tmp_path, monkeyp
         assert "line 8: field 'colour'" in captured.err
     finally:
         get_settings.cache_clear()
+
+
+def test_import_in_several_transactions_keeps_the_chain_and_links_whole(database, tmp_path, monkeypatch) -> None:
+    from auditor import chain, imports
+
+    monkeypatch.setattr(imports, "APPEND_BATCH", 2)
+    settings = make_settings(database.url)
+    lines = [_line(output=f"Statement {i}.", id=f"ext-{i}") for i in range(5)]
+    result = import_file(database, _write(tmp_path, lines), settings=settings, tenant="acme", strict=True)
+    assert (result.imported, result.skipped) == (5, 0)
+    with database.session() as session:
+        batch = session.get(ImportBatch, result.import_id)
+        assert (batch.status, batch.imported) == ("complete", 5)
+        linked = session.execute(select(ImportedOutput.line).order_by(ImportedOutput.line)).scalars().all()
+    assert linked == [1, 2, 3, 4, 5]
+    with database.engine.connect() as conn:
+        assert chain.verify_chain(conn, settings.hmac_key.get_secret_value().encode()).ok

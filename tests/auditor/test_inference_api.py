@@ -157,3 +157,18 @@ def test_client_that_leaves_mid_stream_is_still_recorded(client: TestClient) -> 
     record = client.get(f"/v1/audits/{prepared.audit_id}").json()
     assert record["status"] == "error" and record["error"] == "request ended before completion"
     assert record["delivered_output"] == first
+
+
+def test_content_modes_per_domain(app_factory) -> None:
+    client = app_factory(overrides={"content_mode": {"medical": "hash", "finance": "raw"}})
+    prompt = "Reach me at jane.doe@example.com about metformin."
+    records = {}
+    for model in ("auditor-medical", "auditor-finance", "auditor-legal"):
+        body = client.post("/v1/chat/completions", json={**CHAT, "model": model,
+                                                         "messages": [{"role": "user", "content": prompt}]}).json()
+        records[model] = client.get(f"/v1/audits/{body['audit_id']}").json()
+    hashed, raw, redacted = records["auditor-medical"], records["auditor-finance"], records["auditor-legal"]
+    assert hashed["prompt"] is None and hashed["output"] is None and hashed["prompt_sha256"]
+    assert "jane.doe@example.com" in raw["prompt"]
+    assert "[EMAIL]" in redacted["prompt"] and "jane.doe" not in redacted["prompt"]
+    assert client.get("/v1/audits/verify").json()["ok"] is True

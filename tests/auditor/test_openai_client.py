@@ -26,9 +26,9 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_url(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[str]:
     root: Path = tmp_path_factory.mktemp("served")
-    engine, verifier, knowledge = build_real_runtime(root / "model")
+    engine, verifier, knowledge = build_real_runtime(tiny_checkpoint)
     app = create_app(make_settings(f"sqlite:///{root / 'audit.db'}"), engine=engine, verifier=verifier,
                      knowledge=knowledge)
     port = _free_port()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -13,9 +14,9 @@ from tests.auditor.real_engine import build_real_runtime
 
 
 @pytest.fixture(scope="module")
-def real_client(tmp_path_factory: pytest.TempPathFactory):
+def real_client(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path):
     root = tmp_path_factory.mktemp("real")
-    engine, verifier, knowledge = build_real_runtime(root / "model")
+    engine, verifier, knowledge = build_real_runtime(tiny_checkpoint)
     app = create_app(make_settings(f"sqlite:///{root / 'audit.db'}"), engine=engine, verifier=verifier,
                      knowledge=knowledge)
     with TestClient(app) as client:

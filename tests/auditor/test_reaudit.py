@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
-from auditor import chain, reaudit, scoring
+from auditor import chain, reaudit, reaudit_chunks, scoring
 from auditor.jobs_models import ReauditItem
 from auditor.models import AuditRecord, Evaluation
 from auditor.tasks_inprocess import InProcessTaskQueue
@@ -118,7 +118,8 @@ def test_chunk_killed_mid_run_is_requeued_and_finished_exactly_once(database) ->
     job_id = reaudit.create_job(database, tenant="acme", tenant_scope=None, evaluator_version="marker/2",
                                 filters=reaudit.ReauditFilter(), chunk_size=10)
     with pytest.raises(SystemExit):
-        reaudit.run_chunk(database, DiesAfter(survive=3), job_id=job_id, chunk=0)
+        reaudit_chunks.run_chunk(database, DiesAfter(survive=3), job_id=job_id, chunk=0,
+                                 retry=reaudit_chunks.RecordRetry(max_batch=1))   # one commit per record
     _, progress = _job(database, job_id)
     assert (progress["done"], progress["pending"]) == (3, 2)
 
@@ -128,6 +129,20 @@ def test_chunk_killed_mid_run_is_requeued_and_finished_exactly_once(database) ->
     queue.wait_idle()
     job, progress = _job(database, job_id)
     assert job.status == "done" and progress["done"] == 5
+    assert _job_evaluations_per_record(database, job_id) == {r: 1 for r in records}
+
+
+def test_batched_commits_lose_only_the_uncommitted_batch_when_killed(database) -> None:
+    records = [append_output(database, f"Statement {i}.") for i in range(8)]
+    job_id = reaudit.create_job(database, tenant="acme", tenant_scope=None, evaluator_version="marker/2",
+                                filters=reaudit.ReauditFilter(), chunk_size=10)
+    with pytest.raises(SystemExit):   # batches of 1 (first), then 4: killed inside the second batch
+        reaudit_chunks.run_chunk(database, DiesAfter(survive=3), job_id=job_id, chunk=0,
+                                 retry=reaudit_chunks.RecordRetry(max_batch=4, commit_every_s=10))
+    _, progress = _job(database, job_id)
+    assert (progress["done"], progress["pending"]) == (1, 7)
+    reaudit_chunks.run_chunk(database, MarkerEvaluator("marker/2"), job_id=job_id, chunk=0)
+    assert _job(database, job_id)[0].status == "done"
     assert _job_evaluations_per_record(database, job_id) == {r: 1 for r in records}
 
 

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from auditor import audit_log
 from auditor.api import reaudits
 from tests.auditor.scoring_doubles import append_output
 
@@ -22,10 +23,10 @@ def api(app_factory, monkeypatch):
         queue.shutdown()
 
 
-def _wait_done(client, job_id: str, timeout_s: float = 20.0) -> dict:
+def _wait_done(client, job_id: str, timeout_s: float = 20.0, headers: dict[str, str] | None = None) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        body = client.get(f"/v1/reaudits/{job_id}").json()
+        body = client.get(f"/v1/reaudits/{job_id}", headers=headers).json()
         if body["status"] != "running":
             return body
         time.sleep(0.05)
@@ -68,6 +69,9 @@ def test_job_runs_to_a_summary_and_its_evaluations_show_on_the_record(api) -> No
 
     conflict = api.post(f"/v1/reaudits/{job['id']}/cancel")
     assert conflict.status_code == 409 and conflict.json()["error"]["code"] == "reaudit_finished"
+    with database.session() as session:   # creating and reading the summary are logged reads of the trail
+        actions = [e.action for e in session.execute(audit_log.access_log_query(tenant_scope=None)).scalars()]
+    assert "reaudit_create" in actions and "reaudit_show" in actions
     missing = api.get("/v1/reaudits/no-such-job")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "reaudit_not_found"
 
@@ -94,3 +98,30 @@ def test_cancel_then_resume_over_http(api) -> None:
     resumed = api.post(f"/v1/reaudits/{job['id']}/resume")
     assert resumed.status_code == 200 and resumed.json()["status"] == "running"
     assert _wait_done(api, job["id"])["progress"]["done"] == 3
+
+
+def test_jobs_are_scoped_to_the_callers_tenant_and_role(api) -> None:
+    from auditor.keys import create_key
+
+    database = api.app.state.services.database
+    with database.session() as session:
+        _, acme = create_key(session, tenant="acme", role="auditor")
+        _, other = create_key(session, tenant="other", role="auditor")
+        _, client_key = create_key(session, tenant="acme", role="client")
+    mine = append_output(database, "Acme statement.", tenant="acme")
+    append_output(database, "Other statement.", tenant="other")
+
+    def as_(key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key}"}
+
+    created = api.post("/v1/reaudits", json={"filter": {}}, headers=as_(acme))
+    assert created.status_code == 202 and created.json()["progress"]["total"] == 1   # only acme's record
+    job_id = created.json()["id"]
+    assert api.get(f"/v1/reaudits/{job_id}", headers=as_(other)).status_code == 404
+    assert api.post(f"/v1/reaudits/{job_id}/cancel", headers=as_(other)).status_code == 404
+    forbidden = api.post("/v1/reaudits", json={"filter": {"tenant": "other"}}, headers=as_(acme))
+    assert forbidden.status_code == 403 and forbidden.json()["error"]["param"] == "filter.tenant"
+    assert api.post("/v1/reaudits", json={"filter": {}}, headers=as_(client_key)).status_code == 403
+    assert _wait_done(api, job_id, headers=as_(acme))["progress"]["done"] == 1
+    record = api.get(f"/v1/audits/{mine}", headers=as_(acme)).json()
+    assert [e["job_id"] for e in record["evaluations"]] == [job_id]

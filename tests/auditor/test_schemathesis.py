@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -12,7 +14,9 @@ from auditor.app import create_app
 from tests.auditor.conftest import FakeEngine, make_settings
 
 # Built at import: schemathesis parametrizes from the loaded schema and runs the app's lifespan itself.
-_DB = Path(tempfile.mkdtemp(prefix="auditor-fuzz-")) / "fuzz.db"
+_FOLDER = tempfile.mkdtemp(prefix="auditor-fuzz-")
+atexit.register(shutil.rmtree, _FOLDER, ignore_errors=True)
+_DB = Path(_FOLDER) / "fuzz.db"
 _APP = create_app(make_settings(f"sqlite:///{_DB}", max_body_bytes=16_000), engine=FakeEngine())
 schema = schemathesis.openapi.from_asgi("/openapi.json", _APP)
 

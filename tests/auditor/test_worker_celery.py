@@ -226,3 +226,19 @@ def test_api_keeps_serving_while_workers_are_down_and_work_runs_when_one_starts(
           "live scoring from the outbox", workers)
     kinds = sorted(e["job_id"] or "live" for e in client.get(f"/v1/audits/{audit_id}").json()["evaluations"])
     assert kinds == sorted([job_id, "live"])
+
+
+def test_record_that_keeps_failing_ends_failed_with_its_reason_visible_through_the_api(
+        database: Database, database_url: str, workers: Workers, queue_name: str, app_factory) -> None:
+    good = append_output(database, "Rates rose in 2022.")
+    bad = append_output(database, "This one [explode].")
+    workers.start("retrying", AUDITOR_WORKER_DISPATCH_INTERVAL_S="0.3", AUDITOR_WORKER_MAX_RETRIES="2",
+                  AUDITOR_WORKER_RETRY_BACKOFF_MAX_S="1")
+    _wait(lambda: len(_evaluations_per_record(database, job_id=None)) == 2, "both records settled", workers)
+    client = app_factory(settings=make_settings(database_url, auto_migrate=False))
+    [failed] = client.get(f"/v1/audits/{bad}").json()["evaluations"]
+    assert failed["status"] == "failed"
+    assert failed["failure_reason"] == "gave up after 3 attempts: RuntimeError: evaluator crashed on this text"
+    [scored] = client.get(f"/v1/audits/{good}").json()["evaluations"]
+    assert scored["status"] == "done" and scored["fer"] == 0.0
+    assert _scalar(database, select(func.count()).select_from(OutboxInflight)) == 0

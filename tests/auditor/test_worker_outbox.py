@@ -93,3 +93,30 @@ def test_concurrent_dispatchers_publish_each_row_exactly_once(database) -> None:
         pass
     published = [r for _, r in publish.sent]
     assert len(published) == len(set(published)) == len(records)
+
+
+def test_embedded_worker_scores_new_records_without_a_broker(database) -> None:
+    import time
+
+    from auditor.tasks_inprocess import EmbeddedWorker
+
+    embedded = EmbeddedWorker(database, lambda: MarkerEvaluator(), interval_s=0.05).start()
+    try:
+        records = [append_output(database, f"Statement {i}. Wrong [false].") for i in range(6)]
+        deadline = time.monotonic() + 20
+        while _inflight(database) or _count_live(database) < 6:
+            assert time.monotonic() < deadline, "embedded scoring did not finish"
+            time.sleep(0.05)
+    finally:
+        embedded.stop()
+    with database.session() as session:
+        rows = session.execute(select(scoring.Evaluation.record_id, scoring.Evaluation.fer)).all()
+    assert sorted(rows) == sorted((r, 0.5) for r in records)
+
+
+def _count_live(database) -> int:
+    from auditor.models import Evaluation
+
+    with database.session() as session:
+        return session.execute(select(func.count()).select_from(Evaluation)
+                               .where(Evaluation.job_id.is_(None))).scalar_one()

@@ -21,7 +21,7 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _write_hf_checkpoint(path: Path, arch: str, **overrides) -> Path:
     """A random checkpoint written by transformers' save_pretrained, with our BPE tokenizer beside it."""
     transformers = pytest.importorskip("transformers")
-    from engine.testing import build_bpe_tokenizer, _DEFAULT_TEXTS, CHAT_TEMPLATE  # noqa: PLC0415
+    from engine.testing import _DEFAULT_TEXTS, CHAT_TEMPLATE, build_bpe_tokenizer  # noqa: PLC0415
 
     tokenizer = build_bpe_tokenizer(_DEFAULT_TEXTS, 400)
     common = dict(

@@ -80,3 +80,10 @@ def test_duplicate_request_id(tiny_llama):
 def test_bad_engine_config_is_a_value_error(tiny_llama):
     with pytest.raises(ValueError, match="block_size"):
         LLMEngine.from_pretrained(tiny_llama, EngineConfig(block_size=3))
+
+
+def test_generate_validates_every_prompt_before_queueing_any(tiny_llama):
+    engine = LLMEngine.from_pretrained(tiny_llama)
+    with pytest.raises(InvalidRequestError, match="max_tokens"):
+        engine.generate(["fine", "also fine", "bad"], [SamplingParams(), SamplingParams(), SamplingParams(max_tokens=0)])
+    assert not engine.has_unfinished()

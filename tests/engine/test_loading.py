@@ -111,3 +111,11 @@ def test_missing_chat_template_is_a_clear_error(tmp_path):
 def test_copied_checkpoint_keeps_working(tmp_path, tiny_llama):
     copy = shutil.copytree(tiny_llama, tmp_path / "copy")
     assert LLMEngine.from_pretrained(copy).checkpoint_hash == LLMEngine.from_pretrained(tiny_llama).checkpoint_hash
+
+
+def test_a_rendered_chat_prompt_gets_exactly_one_bos(tiny_llama):
+    tok = LLMEngine.from_pretrained(tiny_llama).tokenizer
+    rendered = tok.apply_chat_template([{"role": "user", "content": "Dose of aspirin?"}])
+    ids = tok.encode(rendered)
+    assert ids[0] == tok.bos_token_id and ids[1] != tok.bos_token_id
+    assert ids == tok.apply_chat_template([{"role": "user", "content": "Dose of aspirin?"}], tokenize=True)

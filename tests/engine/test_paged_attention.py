@@ -69,3 +69,17 @@ def test_prefill_with_cached_prefix_is_causal_over_prefix_and_chunk():
             expected = _naive(q[row], _context(k_cache, tables[s], visible), _context(v_cache, tables[s], visible), 0.35)
             torch.testing.assert_close(out[row], expected, atol=1e-5, rtol=1e-5)
             row += 1
+
+
+def test_bitmask_dispatch_on_cpu_matches_the_reference():
+    from engine.kernels.bitmask import apply_token_bitmask_torch, bitmask_from_token_ids
+    from engine.kernels.dispatch import apply_token_bitmask
+
+    logits = torch.randn(4, 70)
+    masks = torch.stack([bitmask_from_token_ids(ids, 70) for ids in ([1, 2, 69], [0], list(range(40)))])
+    rows = torch.tensor([3, 0, 2])
+    expected = logits.clone()
+    apply_token_bitmask_torch(expected, masks, rows)
+    apply_token_bitmask(logits, masks, rows)
+    assert torch.equal(logits, expected)
+    assert torch.isinf(logits[3]).sum() == 67 and torch.isfinite(logits[1]).all()

@@ -24,6 +24,7 @@ ENTITIES = [
     Entity("drug:ibuprofen", "drug", "Ibuprofen", ["Advil"], provenance=SRC),
     Entity("drug:warfarin", "drug", "Warfarin", ["Coumadin"], provenance=SRC),
     Entity("drug:atorvastatin", "drug", "Atorvastatin", ["Lipitor"], provenance=SRC),
+    Entity("drug:helium", "drug", "Helium", ["He"], provenance=SRC),   # a 2-letter alias that is a word
     Entity("condition:t2d", "condition", "type 2 diabetes", ["T2DM"], provenance=SRC),
     Entity("condition:diabetes", "condition", "diabetes", provenance=SRC),
     Entity("condition:htn", "condition", "hypertension", ["high blood pressure"], provenance=SRC),

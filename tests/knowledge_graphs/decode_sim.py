@@ -12,6 +12,7 @@ from engine.outputs import ProcessorEvent
 from engine.sampling_params import SamplingParams
 from knowledge_graphs.constraint import KGConstraintProcessor
 
+
 @dataclass(slots=True)
 class DecodeResult:
     ids: list[int]

@@ -6,8 +6,10 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
+from engine.kernels.bitmask import apply_token_bitmask_torch, pack_bool_mask
 from engine.sampling_params import InvalidRequestError, SamplingParams
 from knowledge_graphs.constraint import KGConstraintError, KGConstraintProcessor, allowed_entities
+from knowledge_graphs.constraint_masks import pack_allowed
 from knowledge_graphs.linking import EntityLinker
 from knowledge_graphs.model import KnowledgeGraph
 from tests.knowledge_graphs.conftest import byte_level_bpe
@@ -94,27 +96,35 @@ def test_allowed_names_come_out_unchanged(tokenizer: Tokenizer, kg: KnowledgeGra
 
 def test_a_mention_heading_for_a_forbidden_entity_is_steered_and_recorded(tokenizer: Tokenizer, kg: KnowledgeGraph) -> None:
     processor = _processor(tokenizer, kg)
-    toward_allowed = tokenizer.encode("Take Metformin", add_special_tokens=False).ids
     context = len(tokenizer.encode("Take", add_special_tokens=False).ids)
-    # a forbidden drug whose encoding shares a first token with Metformin's (" Met" ...)
-    for forbidden_id, name in [("drug:metoprolol", "Metoprolol"), ("drug:methotrexate", "Methotrexate")]:
-        toward_forbidden = tokenizer.encode(f"Take {name}", add_special_tokens=False).ids
-        shared = next(i for i, (a, b) in enumerate(zip(toward_forbidden, toward_allowed, strict=False)) if a != b)
-        if shared > context:
-            break
+
+    def encode(name: str) -> list[int]:
+        return tokenizer.encode(f"Take {name}", add_special_tokens=False).ids
+
+    def shared_tokens(a: list[int], b: list[int]) -> int:
+        return next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+
+    # two drugs whose encodings share their first name token(s) (" Met" ...): one allowed, one not
+    names = {e.id: e.name for e in kg.entities("drug")}
+    pairs = [(shared_tokens(encode(names[a]), encode(names[f])), a, f)
+             for a in sorted(names) for f in sorted(names) if a != f and not names[a].startswith(names[f])]
+    # the shared tokens must reach into the name itself, not just a bare space piece
+    pairs = [p for p in pairs if tokenizer.decode(encode(names[p[1]])[: p[0]]).strip() != "Take"]
+    shared, allowed_id, forbidden_id = max(pairs)
     assert shared > context
-    prefix = toward_allowed[:shared]   # the tokens both names start with ("Take Met...")
+    toward_allowed, toward_forbidden = encode(names[allowed_id]), encode(names[forbidden_id])
+    prefix = toward_allowed[:shared]   # "Take" and the name tokens both names start with
     bad_next, good_next = toward_forbidden[shared], toward_allowed[shared]
     # the model wants the forbidden continuation most, the allowed one second
     plan, logits_fn = _follow(tokenizer, tokenizer.decode(prefix), bonus={bad_next: 40.0, good_next: 30.0})
     assert plan == prefix
-    result = decode_loop(processor, tokenizer, logits_fn, allowed=["drug:metformin"], steps=len(plan) + 1,
+    result = decode_loop(processor, tokenizer, logits_fn, allowed=[allowed_id], steps=len(plan) + 1,
                          finish_steps=0)
     assert result.ids == [*prefix, good_next]
     blocked = [e for e in result.events if e.data["blocked_entity_ids"]]
     assert blocked and blocked[0].processor == "kg_constraint" and blocked[0].kind == "blocked"
     assert blocked[0].position == len(prefix)
-    assert blocked[0].data == {"blocked_entity_ids": [forbidden_id], "chosen_entity_id": "drug:metformin"}
+    assert blocked[0].data == {"blocked_entity_ids": [forbidden_id], "chosen_entity_id": allowed_id}
 
 
 def test_a_single_token_holding_a_whole_forbidden_name_and_its_boundary_is_blocked(kg: KnowledgeGraph) -> None:
@@ -129,6 +139,15 @@ def test_a_single_token_holding_a_whole_forbidden_name_and_its_boundary_is_block
         assert result.ids != [token_id]
         free = decode_loop(None, tokenizer, logits_fn, steps=1, finish_steps=0)
         assert free.ids == [token_id]
+
+
+def test_one_and_two_letter_aliases_stay_writable(tokenizer: Tokenizer, kg: KnowledgeGraph) -> None:
+    """'He' is an alias of Helium in the fixture (as in the real drug data); the word stays usable."""
+    processor = _processor(tokenizer, kg)
+    plan, logits_fn = _follow(tokenizer, "He said he took Helium.")
+    result = decode_loop(processor, tokenizer, logits_fn, allowed=["drug:metformin"], steps=len(plan))
+    assert result.text.startswith("He said he took")
+    assert "Helium" not in result.text
 
 
 # -- masks ---------------------------------------------------------------------------------------
@@ -170,3 +189,26 @@ def test_logits_wider_than_the_vocabulary_are_masked_past_it(kg: KnowledgeGraph)
     processor.apply(logits, ["r"])
     assert torch.isinf(logits[0, processor.vocab_size :]).all()
     assert torch.isfinite(logits[0, : processor.vocab_size]).any()
+
+
+@pytest.mark.parametrize("vocab_size", [1, 31, 33, 1000, 8192])
+def test_fast_packing_matches_the_bitmask_reference(vocab_size: int) -> None:
+    allowed = torch.rand(vocab_size, generator=torch.Generator().manual_seed(vocab_size)) < 0.5
+    assert torch.equal(pack_allowed(allowed, vocab_size), pack_bool_mask(allowed, vocab_size))
+
+
+def test_sparse_and_dense_application_match_the_packed_masks(tokenizer: Tokenizer, kg: KnowledgeGraph) -> None:
+    """Rows are masked either through cached blocked ids or the bitmask kernel: same result."""
+    processor = _processor(tokenizer, kg)
+    text = "Take Metformin for type 2 diabetes, not Metoprolol"
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    request_ids = [f"r{i}" for i in range(len(ids))]
+    for i, request_id in enumerate(request_ids):   # request i has generated the first i tokens
+        processor.add_request(request_id, _params(["drug:metformin", "condition:t2d"]), [], ids[:i])
+    entries = [processor._requests[r].view.entry(processor._requests[r].state) for r in request_ids]
+    assert any(e.blocked_ids is None for e in entries) and any(e.blocked_ids is not None for e in entries)
+    logits = torch.randn(len(ids), processor.vocab_size, generator=torch.Generator().manual_seed(0))
+    expected = logits.clone()
+    apply_token_bitmask_torch(expected, torch.stack([e.packed for e in entries]))
+    processor.apply(logits, request_ids)
+    assert torch.equal(logits, expected)

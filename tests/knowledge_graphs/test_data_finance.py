@@ -34,8 +34,8 @@ def test_common_names_link_but_english_words_do_not(kg):
 
 def test_uses_currency_covers_large_economies_and_listed_jurisdictions(kg):
     listed = {f.subject for f in kg.facts(relation="listed_on")}
-    for country in [*LARGEST_ECONOMIES, *listed]:
-        assert kg.facts(f"country:{country}", "uses_currency"), country
+    for country in [*(f"country:{c}" for c in LARGEST_ECONOMIES), *listed]:
+        assert kg.facts(country, "uses_currency"), country
     assert kg.facts("country:US", "uses_currency", "currency:USD")
     assert kg.facts("country:DE", "uses_currency", "currency:EUR")
     assert kg.facts("country:NO", "uses_currency", "currency:NOK")

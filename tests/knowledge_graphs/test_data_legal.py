@@ -14,7 +14,8 @@ def test_package_data_loads(kg):
     assert sum(1 for _ in kg.entities("reporter")) >= 1_200
     assert sum(1 for _ in kg.entities("court")) >= 2_500
     f3d = kg.entity("reporter:F.3d")
-    assert f3d.attributes["start"] == "1993-01-01" and f3d.attributes["end"] is not None
+    assert f3d.attributes["start"] == "1993-01-01"
+    assert f3d.attributes["editions"]["F.2d"] == {"start": "1924-01-01", "end": "1993-12-31"}
     assert set(f3d.attributes["editions"]) >= {"F.", "F.2d", "F.3d", "F.4th"}
     assert kg.entity("court:ca9").attributes["start"] == "1891-03-03"
     assert [e.id for e in kg.lookup("9th Cir.")] == ["court:ca9"]

@@ -50,5 +50,5 @@ def test_totals_meet_the_issue():
     assert sum(len(kg) for kg in kgs) >= 5000
     curated_facts = [f for kg in kgs for f in kg.facts() if PACKAGE_SOURCE not in f.provenance.source]
     assert len(curated_facts) >= 300
-    for domain, kg in zip(DOMAINS, kgs):
+    for domain, kg in zip(DOMAINS, kgs, strict=True):
         assert sum(1 for f in kg.facts() if PACKAGE_SOURCE not in f.provenance.source) >= 100, domain

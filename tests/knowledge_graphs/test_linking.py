@@ -104,3 +104,9 @@ def test_linking_a_kilobyte_is_fast() -> None:
 @pytest.mark.parametrize("form", ["Metformin HCl.", "  type-2 DIABETES ", "Straße"])
 def test_normalisation_matches_the_kg(form: str) -> None:
     assert normalise_with_offsets(form).text.strip() == normalise_alias(form)
+
+
+def test_one_and_two_letter_forms_are_skipped_by_default(kg: KnowledgeGraph) -> None:
+    """'He' is an alias of Helium: by default it is neither linked nor (see constraint) constrained."""
+    assert _found(EntityLinker(kg), "He took Helium") == [("Helium", "drug:helium")]
+    assert _found(EntityLinker(kg, min_chars=1), "He took Helium") == [("He", "drug:helium"), ("Helium", "drug:helium")]

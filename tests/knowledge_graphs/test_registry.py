@@ -90,3 +90,26 @@ def test_invalid_yaml_names_the_file(tmp_path: Path):
     (tmp_path / "legal" / "cases.yaml").write_text("cases: [unclosed\n")
     with pytest.raises(CuratedDataError, match=r"cases\.yaml: invalid YAML"):
         build_kg("legal", tmp_path)
+
+
+def _reference_normalise(text: str) -> str:
+    """The original per-character definition of alias normalisation."""
+    return " ".join("".join(ch if ch.isalnum() else " " for ch in text.casefold()).split())
+
+
+def test_fast_alias_normalisation_matches_the_reference_on_every_code_point():
+    import sys
+
+    from knowledge_graphs.model import normalise_alias
+
+    for start in range(0, sys.maxunicode + 1, 4096):
+        chunk = "".join(chr(i) for i in range(start, min(start + 4096, sys.maxunicode + 1)) if not 0xD800 <= i <= 0xDFFF)
+        for text in (chunk, f" a{chunk}b ", chunk.replace("a", " ")):
+            assert normalise_alias(text) == _reference_normalise(text)
+
+
+@pytest.mark.parametrize("text", ["Metformin  HCl.", "  42 U.S.C. § 1983 ", "Côte d'Ivoire", "T2DM_x", "\tß-Blocker\n", "", "..."])
+def test_fast_alias_normalisation_examples(text):
+    from knowledge_graphs.model import normalise_alias
+
+    assert normalise_alias(text) == _reference_normalise(text)

@@ -35,7 +35,7 @@ def test_json_output(tmp_path, capsys) -> None:
 
 
 def test_table_output_from_stdin(monkeypatch, capsys) -> None:
-    stdin = io.TextIOWrapper(io.BytesIO("Smith v. Jones, 12 Foo.Rep. 44 (1999).".encode()))
+    stdin = io.TextIOWrapper(io.BytesIO(b"Smith v. Jones, 12 Foo.Rep. 44 (1999)."))
     monkeypatch.setattr(sys, "stdin", stdin)
     assert main(["verify", "--domain", "legal"]) == 0
     out = capsys.readouterr().out

@@ -89,3 +89,40 @@ def test_acronym_forms_need_capitals() -> None:
     # "and" must not link to Andorra (alpha-3 AND), "can" not to Canada
     report = verify("Iran and Germany can be on the FATF black list.", "finance", kg=finance_kg())
     assert {c.subject for c in report.claims} == {"country:IR", "country:DE"}
+
+
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("The currency code of the Japanese yen is JPN.", "contradicted"),        # a country code, not ISO 4217
+        ("The ISO 4217 currency code for the euro is EUR.", "supported"),
+        ("The ISO 4217 currency code for the Japanese yen is EUR.", "contradicted"),   # real code, wrong currency
+    ],
+)
+def test_currency_code_claims(text: str, verdict: str) -> None:
+    assert [v for _, v in verdicts(text, "currency_code")] == [verdict]
+
+
+def test_polarity_is_per_clause() -> None:
+    got = verdicts("Iran is on the FATF black list, but Germany is not.", "list_membership")
+    assert got == [("Iran", "supported"), ("Germany", "supported")]
+
+
+def test_threshold_range_uses_the_lower_bound() -> None:
+    # "$3,000 to $10,000": only the lower bound is the threshold being claimed
+    assert verdicts("A CTR is required for cash from $10,000 to $20,000.", "threshold") == [
+        ("CTR is required for cash from $10,000", "supported")]
+
+
+def test_prompt_supplies_the_date() -> None:
+    # Bulgaria is on the February 2024 snapshot; a question about 2019 predates every snapshot
+    answer = "Bulgaria is on the FATF grey list."
+    assert verdicts(answer, "list_membership") == [("Bulgaria", "supported")]
+    asked = verify(answer, "finance", kg=finance_kg(), prompt="Was Bulgaria grey-listed in 2019?")
+    assert [c.verdict for c in asked.claims] == ["unverifiable"]
+
+
+def test_isin_and_cusip_in_one_sentence_must_agree() -> None:
+    assert ("037833100", "contradicted") not in verdicts("Apple's ISIN US0378331005 embeds its CUSIP 037833100.")
+    got = verdicts("Apple's ISIN US0378331005 embeds its CUSIP 594918104.", "consistency")
+    assert got == [("594918104", "contradicted")]    # both valid on their own: Microsoft's CUSIP

@@ -62,3 +62,8 @@ def test_statutes(text: str, verdict: str) -> None:
 
 def test_statute_references_are_not_case_citations() -> None:
     assert find_case_citations("See 42 U.S.C. § 1983 and 28 USC 1331 and 17 C.F.R. § 240.10b-5.") == []
+
+
+@pytest.mark.parametrize("text", ["18 Pa. C.S. 2501", "42 Pa. Cons. Stat. 5524", "124 Stat. 119", "10 Del. Code 8106"])
+def test_code_citations_are_not_unknown_reporters(text: str) -> None:
+    assert find_case_citations(f"The claim is governed by {text}.") == []

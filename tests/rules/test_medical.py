@@ -83,3 +83,30 @@ def test_unknown_drug_name_is_unverifiable_never_contradicted() -> None:
     report = verify("Start Zyntravex 20 mg daily with metformin 500 mg daily.", "medical", kg=medical_kg())
     unknown = [c for c in report.claims if c.kind == "drug_name"]
     assert [(c.text, c.verdict) for c in unknown] == [("Zyntravex", "unverifiable")]
+
+
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("For adults, do not exceed 4,000 mg of acetaminophen in 24 hours.", "supported"),
+        ("The maximum dose of acetaminophen is 6 g.", "contradicted"),   # above the daily max on any reading
+        ("Acetaminophen 1,000 mg every 4 hours is fine.", "contradicted"),   # 6,000 mg/day
+        ("Lisinopril 20 mg six times daily is fine.", "contradicted"),       # 120 mg/day
+    ],
+)
+def test_dose_phrasings(text: str, verdict: str) -> None:
+    assert kinds(text, "dose") == [verdict]
+
+
+def test_code_given_for_a_described_condition_it_is_not() -> None:
+    # E11.9 is type 2 diabetes; the condition named is hypertension (I10)
+    text = "The ICD-10-CM code for essential (primary) hypertension is E11.9."
+    assert kinds(text, "icd10cm_code") == ["contradicted"]
+
+
+def test_prompt_supplies_the_population() -> None:
+    # no pediatric maximum in the small KG: judged against the adult label it would be "supported"
+    text = "Lisinopril 20 mg once daily is appropriate."
+    assert [c.verdict for c in verify(text, "medical", kg=medical_kg()).claims] == ["supported"]
+    asked = verify(text, "medical", kg=medical_kg(), prompt="What lisinopril dose is right for my child?")
+    assert [c.verdict for c in asked.claims] == ["unverifiable"]

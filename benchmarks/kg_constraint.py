@@ -1,0 +1,228 @@
+"""KG-constrained decoding: throughput cost, per-step mask cost and violation rates, batch 32.
+
+A tiny random model cannot name drugs by chance, so both runs register the same `EntityPlan`
+processor: it adds a large bias to the next token of a per-request plan, a text that names allowed
+*and* forbidden entities of the real medical KG ("... Lisinopril and Ibuprofen, then ..."), and to
+EOS once the plan is spent. Without the KG constraint the model follows the plan and writes the
+forbidden names; with it, each forbidden name is blocked wherever it starts. Outputs are linked
+with the exact linker (drug and condition types) to count mentions outside each request's allowed
+set (the anchors named in the prompt plus their neighbourhood, `allowed_entities`).
+Decode throughput: generated tokens / wall time, constraint off vs on, interleaved repeats, medians.
+Mask cost: wall time of KGConstraintProcessor.apply per call divided by the rows it constrained.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from benchmarks._common import emit, log, median, parse_args
+from engine.config import EngineConfig
+from engine.llm_engine import LLMEngine
+from engine.logits_process import LogitsProcessor
+from engine.sampling_params import SamplingParams
+from engine.testing import write_tiny_checkpoint
+from knowledge_graphs import load_kg
+from knowledge_graphs.constraint import DOMAIN_DEFAULTS, KGConstraintProcessor, allowed_entities
+from knowledge_graphs.linking import EntityLinker
+from knowledge_graphs.model import KnowledgeGraph
+
+BATCH = 32
+PLAN_BIAS = 30.0
+EXTRA_TOKENS = 24          # room after the plan for EOS to become allowed
+DOMAIN = "medical"
+
+
+class EntityPlan(LogitsProcessor):
+    """extra_args["entity_plan"] = token ids to push, one per generated position; then EOS."""
+
+    name = "entity_plan"
+
+    def __init__(self, eos_token_ids: Sequence[int]) -> None:
+        self.eos = list(eos_token_ids)
+        self.plans: dict[str, list[int]] = {}
+        self.positions: dict[str, int] = {}
+
+    def validate_params(self, params: SamplingParams) -> None:
+        plan = params.extra_args.get(self.name)
+        if plan is not None and not isinstance(plan, list):
+            raise ValueError("entity_plan must be a list of token ids")
+
+    def add_request(self, request_id, params, prompt_token_ids, output_token_ids) -> bool:  # type: ignore[no-untyped-def]
+        plan = params.extra_args.get(self.name)
+        if plan is None:
+            return False
+        self.plans[request_id] = plan
+        self.positions[request_id] = len(output_token_ids)
+        return True
+
+    def remove_request(self, request_id: str) -> None:
+        self.plans.pop(request_id, None)
+        self.positions.pop(request_id, None)
+
+    def apply(self, logits: torch.Tensor, request_ids: Sequence[str | None]) -> None:
+        for row, request_id in enumerate(request_ids):
+            plan = self.plans.get(request_id) if request_id is not None else None
+            if plan is None:
+                continue
+            position = self.positions[request_id]  # type: ignore[index]
+            if position < len(plan):
+                logits[row, plan[position]] += PLAN_BIAS
+            else:
+                logits[row, self.eos] += PLAN_BIAS
+
+    def accept_token(self, request_id: str, token_id: int) -> None:
+        if request_id in self.positions:
+            self.positions[request_id] += 1
+
+
+class TimedKGConstraint(KGConstraintProcessor):
+    """Records (seconds, constrained rows) per apply call."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.calls: list[tuple[float, int]] = []
+
+    def apply(self, logits: torch.Tensor, request_ids: Sequence[str | None]) -> None:
+        start = time.perf_counter()
+        super().apply(logits, request_ids)
+        rows = sum(1 for r in request_ids if r is not None and r in self._requests)
+        if rows:
+            self.calls.append((time.perf_counter() - start, rows))
+
+
+def _cached_masks(processor: KGConstraintProcessor) -> int:
+    return sum(len(view._masks) for domain in processor.domains.values() for view in domain._views.values())
+
+
+def _names(kg: KnowledgeGraph, ids: Sequence[str]) -> list[str]:
+    return [kg.entity(i).name for i in ids if kg.entity(i) is not None]  # type: ignore[union-attr]
+
+
+def build_workload(kg: KnowledgeGraph, seed: int) -> list[tuple[str, list[str], str]]:
+    """(prompt, allowed ids, plan text) per request: the prompt names an anchor drug; the plan names
+    two allowed entities and two forbidden drugs."""
+    rng = random.Random(seed)
+    anchors = sorted({f.subject for f in kg.facts(relation="indicated_for")})
+    types = DOMAIN_DEFAULTS[DOMAIN].types
+    drugs = sorted(e.id for e in kg.entities("drug") if 5 <= len(e.name) <= 14 and e.name.isalpha())
+    work = []
+    for i in range(BATCH):
+        anchor = anchors[i % len(anchors)]
+        anchor_name = kg.entity(anchor).name  # type: ignore[union-attr]
+        prompt = f"Patient {i} takes {anchor_name}. Plan:"
+        allowed = sorted(allowed_entities(kg, [anchor]))
+        candidates = [a for a in allowed if a != anchor] or [anchor]
+        allowed_names = _names(kg, rng.sample(candidates, k=min(2, len(candidates))))
+        forbidden_names = _names(kg, [d for d in rng.sample(drugs, k=6) if d not in allowed][:2])
+        first, second = (allowed_names * 2)[:2]
+        plan = f" Continue {first} and {forbidden_names[0]}, then {forbidden_names[1].lower()} or {second}."
+        assert all(kg.entity(a).type in types for a in allowed)  # type: ignore[union-attr]
+        work.append((prompt, allowed, plan))
+    return work
+
+
+def violation_rate(linker: EntityLinker, texts: Sequence[str], allowed: Sequence[Sequence[str]]) -> tuple[float, int]:
+    mentions = violations = 0
+    for text, ids in zip(texts, allowed, strict=True):
+        allowed_set = set(ids)
+        for mention in linker.link(text):
+            mentions += 1
+            violations += not (set(mention.candidate_ids) & allowed_set)
+    return (violations / mentions if mentions else 0.0), mentions
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0])
+    started = time.perf_counter()
+    kg = load_kg(DOMAIN)
+    types = DOMAIN_DEFAULTS[DOMAIN].types
+    surface_forms = sum(len(e.surface_forms) for t in types for e in kg.entities(t))
+    work = build_workload(kg, seed=0)
+    log(f"KG {DOMAIN} v{kg.version}: {surface_forms} constrained surface forms; loaded in {time.perf_counter() - started:.1f}s")
+
+    # the tokenizer learns the plan texts' words, so names tokenize like a real model's would
+    ckpt = Path(tempfile.mkdtemp(prefix="kg-constraint-bench-"))
+    texts = [p for p, _, plan in work for p in (p, plan)] + _names(kg, sorted(e.id for e in kg.entities("drug")))[:3000]
+    write_tiny_checkpoint(ckpt, vocab_from_texts=texts, vocab_size=4096, hidden_size=256, intermediate_size=768,
+                          num_layers=6, num_heads=8, num_kv_heads=4, model_vocab_size=8192, tie_word_embeddings=True,
+                          init_std=0.05)
+    config = EngineConfig(max_num_seqs=BATCH)
+    off = LLMEngine.from_pretrained(ckpt, config, [EntityPlan([])])
+    tokenizer = off.tokenizer
+    vocab = off.model.config.vocab_size
+    eos = tokenizer.eos_token_ids
+    off = LLMEngine.from_pretrained(ckpt, config, [EntityPlan(eos)])
+    start = time.perf_counter()
+    kg_processor = TimedKGConstraint(tokenizer, vocab_size=vocab, eos_token_ids=eos, kgs={DOMAIN: kg})
+    register_s = time.perf_counter() - start
+    on = LLMEngine.from_pretrained(ckpt, config, [EntityPlan(eos), kg_processor])
+    log(f"constraint registered in {register_s:.1f}s; vocab {vocab}")
+
+    prompts = [prompt for prompt, _, _ in work]
+    plans = [tokenizer.backend.encode(plan, add_special_tokens=False).ids for _, _, plan in work]
+    allowed = [ids for _, ids, _ in work]
+
+    def params(constrained: bool) -> list[SamplingParams]:
+        out = []
+        for plan, ids in zip(plans, allowed, strict=True):
+            extra: dict = {"entity_plan": plan}
+            if constrained:
+                extra["kg_constraint"] = {"domain": DOMAIN, "allowed_entity_ids": ids}
+            out.append(SamplingParams(temperature=0, max_tokens=len(plan) + EXTRA_TOKENS, extra_args=extra))
+        return out
+
+    runs = {"off": lambda: off.generate(prompts, params(False)), "on": lambda: on.generate(prompts, params(True))}
+    outputs = {name: run() for name, run in runs.items()}   # warm-up (first visits fill the mask cache)
+    kg_processor.calls.clear()
+    cached_before = _cached_masks(kg_processor)
+    repeats = args.repeats or 5
+    tok_s: dict[str, list[float]] = {name: [] for name in runs}
+    for repeat in range(repeats):
+        for name in (["off", "on"] if repeat % 2 == 0 else ["on", "off"]):
+            t0 = time.perf_counter()
+            result = runs[name]()
+            tok_s[name].append(sum(len(o.token_ids) for o in result) / (time.perf_counter() - t0))
+            outputs[name] = result
+        log(f"[{repeat}] off {tok_s['off'][-1]:.0f} tok/s, on {tok_s['on'][-1]:.0f} tok/s")
+
+    new_states = _cached_masks(kg_processor) - cached_before
+    per_row_us = sorted(1e6 * seconds / rows for seconds, rows in kg_processor.calls)
+    linker = EntityLinker(kg, types=types)
+    rate_on, mentions_on = violation_rate(linker, [o.text for o in outputs["on"]], allowed)
+    rate_off, mentions_off = violation_rate(linker, [o.text for o in outputs["off"]], allowed)
+    events = sum(len(o.events) for o in outputs["on"])
+    emit({
+        "overhead_frac": round(1 - median(tok_s["on"]) / median(tok_s["off"]), 4),
+        "mask_us_p50": round(statistics.median(per_row_us), 2),
+        "mask_us_p99": round(per_row_us[min(len(per_row_us) - 1, int(0.99 * len(per_row_us)))], 2),
+        "violation_rate_constrained": round(rate_on, 4),
+        "violation_rate_unconstrained": round(rate_off, 4),
+        "mentions_constrained": mentions_on,
+        "mentions_unconstrained": mentions_off,
+        "kg_events_constrained": events,
+        "mask_cache_misses_timed": new_states,
+        "apply_calls_timed": len(kg_processor.calls),
+        "finish_reasons_constrained": sorted({o.finish_reason or "" for o in outputs["on"]}),
+        "off_tok_s": round(median(tok_s["off"]), 1),
+        "on_tok_s": round(median(tok_s["on"]), 1),
+        "surface_forms": surface_forms,
+        "kg_version": kg.version,
+        "register_s": round(register_s, 2),
+        "batch": BATCH,
+        "vocab_size": vocab,
+        "repeats": repeats,
+        "torch_threads": torch.get_num_threads(),
+        "sample_constrained": outputs["on"][0].text,
+        "sample_unconstrained": outputs["off"][0].text,
+    }, args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -13,7 +13,8 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from auditor.api import audits, chat, completions, health, models
+from auditor import scoring
+from auditor.api import audits, chat, completions, health, models, reaudits
 from auditor.api.errors import audit_store_unavailable, error_response, install_error_handlers
 from auditor.api.limits import BodySizeLimit
 from auditor.api.state import Services
@@ -24,6 +25,8 @@ from auditor.keys import any_active_key
 from auditor.knowledge import Knowledge, NoKnowledge
 from auditor.metrics import ServiceMetrics
 from auditor.settings import Settings, get_settings
+from auditor.tasks_inprocess import EmbeddedWorker
+from auditor.worker_settings import WorkerSettings
 
 logger = logging.getLogger("auditor")
 
@@ -58,6 +61,12 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                                      verifier=loaded_verifier or NoClaimVerifier(),
                                      knowledge=loaded_knowledge or NoKnowledge())
         app.state.services = Services(settings, database, loaded_engine, inference, metrics)
+        # Embedded default: no broker, so scoring and re-audits run on an in-process pool fed by the outbox.
+        embedded: EmbeddedWorker | None = None
+        if settings.redis_url is None:
+            spec = WorkerSettings().evaluator
+            embedded = EmbeddedWorker(database, lambda: scoring.load_evaluator(spec)).start()
+            app.state.task_queue = embedded.queue
         with database.session() as session:
             if not any_active_key(session):
                 logger.warning("development mode: no API keys configured, requests are not authenticated; "
@@ -67,6 +76,8 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
             yield
         finally:
             app.state.services.ready = False
+            if embedded is not None:
+                embedded.stop()
             shutdown = getattr(loaded_engine, "shutdown", None)
             if engine is None and callable(shutdown):
                 await shutdown() if inspect.iscoroutinefunction(shutdown) else shutdown()
@@ -92,6 +103,6 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
     async def _bad_request(_request: Request, exc: BadRequest) -> JSONResponse:
         return error_response(400, str(exc), exc.code, exc.param)
 
-    for router in (chat.router, completions.router, models.router, audits.router, health.router):
+    for router in (chat.router, completions.router, models.router, audits.router, reaudits.router, health.router):
         app.include_router(router)
     return app

@@ -57,7 +57,9 @@ class ModelRunner:
         sample_rows: list[int] = []
         sample_token_index: list[int] = []
 
-        for row in range(batch.num_decodes):
+        # decodes sorted by context length: the torch decode path groups similar lengths together
+        decode_rows = sorted(range(batch.num_decodes), key=lambda r: batch.seqs[r].num_computed_tokens)
+        for row in decode_rows:
             seq = batch.seqs[row]
             pos = seq.num_computed_tokens
             input_ids.append(seq.token_at(pos))
@@ -65,8 +67,8 @@ class ModelRunner:
             slots.append(seq.block_table[pos // bs] * bs + pos % bs)
             decode_tables.append(seq.block_table)
             decode_context.append(pos + 1)
+            sample_token_index.append(len(sample_rows))
             sample_rows.append(row)
-            sample_token_index.append(row)
 
         positions_t = self._to_device(positions)
         slots_t = self._to_device(slots)

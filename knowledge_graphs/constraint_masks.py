@@ -126,6 +126,7 @@ class AllowedView:
         self._static = {b: domain.guard.static_blocked(b, self.allowed_nodes) for b in (False, True)}
         self._root_allowed = {b: self._root_mask(b) for b in (False, True)}
         self._masks: dict[DecodeState, CachedMask] = {}
+        self._transitions: dict[tuple[DecodeState, int], DecodeState] = {}   # memo of next_state
 
     def _live_nodes(self) -> frozenset[int]:
         """Trie nodes whose text does not complete a forbidden name on the way ("Aspirin" + " Plus"
@@ -142,8 +143,22 @@ class AllowedView:
                 stack.append((child, after))
         return frozenset(live)
 
-    def next_state(self, state: DecodeState, token_id: int, folded: str) -> DecodeState:
-        """The state after `token_id`, whose decoded text, passed through `fold`, is `folded`."""
+    def next_state(self, state: DecodeState, token_id: int, folded: str, *, memo: bool = True) -> DecodeState:
+        """The state after `token_id`, whose decoded text, passed through `fold`, is `folded`.
+
+        memo: the text is the token's own (no partial UTF-8 character around it), so the transition
+        depends on (state, token) alone and is remembered."""
+        if memo:
+            key = (state, token_id)
+            found = self._transitions.get(key)
+            if found is None:
+                if len(self._transitions) >= MAX_MASKS_PER_VIEW:
+                    self._transitions.clear()
+                found = self._transitions[key] = self._next_state(state, token_id, folded)
+            return found
+        return self._next_state(state, token_id, folded)
+
+    def _next_state(self, state: DecodeState, token_id: int, folded: str) -> DecodeState:
         guard, _ = advance_folded(self.domain.name_trie, state.guard, folded)
         node: int | None = None
         if state.trie_node is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Engine, create_engine
 
+import auditor.jobs_models  # noqa: F401  (registers the re-audit tables on Base.metadata)
 from auditor.models import Base
 
 config = context.config

@@ -18,6 +18,7 @@ import argparse
 import hashlib
 import json
 import random
+import re
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -27,6 +28,8 @@ from typing import Any
 
 from knowledge_graphs.model import Entity, Fact, KnowledgeGraph, Provenance
 
+# "section 2 DOSAGE AND ADMINISTRATION", "Highlights", "Drug Facts" inside a label locator
+SECTION = re.compile(r"\bsection \d+(?: [A-Z][A-Z ,&]*[A-Z])?|\bHighlights\b|\bDrug Facts\b")
 MAX_LISTED = 4          # list answers name at most this many entities (keeps answers inside the context)
 
 
@@ -65,18 +68,23 @@ class EvalPrompt:
 
 # -- wording helpers ------------------------------------------------------------------------------------
 def cite(provenance: Provenance | None, *, locator: bool = True) -> str:
-    """' (FDA-approved prescribing information, LIPITOR tablets, section 4 CONTRAINDICATIONS)'.
+    """' (FDA-approved prescribing information, section 4 CONTRAINDICATIONS)': where a fact comes from.
 
     Sources in the KG are written out in full; a tiny model learns a short form better, so keep the
-    source up to its first parenthesis/comma and the locator up to its first colon (or ~60 characters).
+    source up to its first parenthesis/comma and, of the locator, the label section when there is one.
+    Label names stay out: their brand and salt names ("SYNTHROID (levothyroxine sodium)") are drug
+    entities of their own, which the KG constraint rightly treats as other entities.
     """
     if provenance is None:
         return ""
     source = provenance.source.split(" (")[0].split(", ")[0]
-    where = provenance.locator.split(": ")[0] if locator else ""
-    if len(where) > 60:
-        where = where[:60].rsplit(" ", 1)[0].rstrip(",;(")
-    return f" ({source}, {where})" if where and where != source else f" ({source})"
+    where = ""
+    if locator:
+        section = SECTION.search(provenance.locator)
+        where = section.group(0) if section else provenance.locator.split(": ")[0]
+        if len(where) > 60:
+            where = where[:60].rsplit(" ", 1)[0].rstrip(",;(")
+    return f" ({source}, {where})" if where and where.casefold() != source.casefold() else f" ({source})"
 
 
 def country_name(entity: Entity) -> str:
@@ -201,12 +209,9 @@ def medical_qas(kg: KnowledgeGraph) -> Iterator[QA]:
     for subject, facts in _grouped(kg.facts(relation="interacts_with")).items():
         drug = name_of(kg, subject)
         shown = sorted(facts, key=lambda f: f.qualifiers.get("severity") != "major")[:MAX_LISTED]
-        parts = []
-        for f in shown:
-            effect = f.qualifiers.get("effect")
-            severity = f.qualifiers.get("severity", "")
-            detail = ", ".join(x for x in (f"{severity} interaction" if severity else "", effect or "") if x)
-            parts.append(f"{name_of(kg, f.object)} ({detail})" if detail else name_of(kg, f.object))
+        # severity only: the KG's effect notes name further drugs, outside the question's neighbourhood
+        parts = [f"{name_of(kg, f.object)} ({f.qualifiers['severity']})" if f.qualifiers.get("severity")
+                 else name_of(kg, f.object) for f in shown]
         yield QA("medical", "interacts_with", (
             f"Which drugs interact with {drug}?",
             f"What are the drug interactions of {drug}?",

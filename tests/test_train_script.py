@@ -90,7 +90,7 @@ def test_bad_corpus_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFi
 def small_medical_kg():  # type: ignore[no-untyped-def]
     from knowledge_graphs.model import Entity, Fact, KnowledgeGraph, Provenance
 
-    label = Provenance("FDA-approved prescribing information (US package insert)", "GLUCOPHAGE, section 2 DOSAGE", "2026-12-02")
+    label = Provenance("FDA-approved prescribing information (US package insert)", "GLUCOPHAGE (metformin hydrochloride) tablets, section 2 DOSAGE AND ADMINISTRATION", "2026-12-02")
     entities = [Entity("drug:DB00331", "drug", "Metformin"), Entity("drug:DB00682", "drug", "Warfarin"),
                 Entity("drug:DB00945", "drug", "Aspirin"),
                 Entity("condition:type-2-diabetes", "condition", "Type 2 diabetes mellitus")]
@@ -109,9 +109,9 @@ def test_corpus_states_kg_facts_with_their_source() -> None:
     answers = {qa.kind: qa for qa in domain_qas(kg, seed=0)}
     dose = answers["max_daily_dose"]
     assert dose.answer == ("For adults, the maximum daily dose of Metformin is 2550 mg by mouth "
-                           "(FDA-approved prescribing information, GLUCOPHAGE, section 2 DOSAGE).")
+                           "(FDA-approved prescribing information, section 2 DOSAGE AND ADMINISTRATION).")
     assert dose.gold_literals == ("2550",) and dose.subject == "drug:DB00331"
-    assert "Aspirin (major interaction, bleeding)" in answers["interacts_with"].answer
+    assert "Warfarin interacts with Aspirin (major)" in answers["interacts_with"].answer
     assert answers["treatments_for"].gold_entities == ("condition:type-2-diabetes", "drug:DB00331")
 
     corpus = build_corpus({"medical": kg}, seed=0)

@@ -39,9 +39,13 @@ DEFAULT_REPORTER_COURTS: dict[str, str] = {
 }
 
 
-# reporters-db dates the U.S. Reports from 1875, but volumes 1-90 are the renumbered nominative reporters
-# (Dallas, Cranch, Wheaton, ...) back to 1754: "5 U.S. 137 (1803)" is the standard Marbury citation.
-DEFAULT_FIRST_YEARS: dict[str, int] = {"U.S.": 1754}
+# Corrections to reporters-db edition dates (pack parameters edition_first_year / edition_last_year extend
+# them). The U.S. Reports are dated from 1875 there, but volumes 1-90 are the renumbered nominative
+# reporters (Dallas, Cranch, Wheaton, ...) back to 1754: "5 U.S. 137 (1803)" is the standard Marbury
+# citation. F. Supp. ran until 1998 (vol. 999) and F. Supp. 2d began in 1998; reporters-db 3.2 has 1988
+# for both, which would reject every real 1989-1998 F. Supp. citation.
+DEFAULT_FIRST_YEARS: dict[str, int] = {"U.S.": 1754, "F. Supp. 2d": 1998}
+DEFAULT_LAST_YEARS: dict[str, int] = {"F. Supp.": 1998}
 
 
 @cache
@@ -215,11 +219,13 @@ def case_citation(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
     """Every case citation: documented fabrication, landmark index, reporter, edition dates, court."""
     reporter_courts = {**DEFAULT_REPORTER_COURTS, **(params.get("reporter_courts") or {})}
     first_years = {**DEFAULT_FIRST_YEARS, **(params.get("edition_first_year") or {})}
+    last_years = {**DEFAULT_LAST_YEARS, **(params.get("edition_last_year") or {})}
     unknown_reporter_confidence = float(params.get("unknown_reporter_confidence", 0.8))
     index = case_index(doc.kg) if doc.kg is not None else None
     findings = []
     for citation in _citations(doc):
-        findings.append(_judge_case(doc, citation, index, reporter_courts, first_years, unknown_reporter_confidence))
+        findings.append(_judge_case(doc, citation, index, reporter_courts, (first_years, last_years),
+                                    unknown_reporter_confidence))
     return findings
 
 
@@ -230,7 +236,7 @@ def _citations(doc: Document) -> list[CaseCitation]:
 
 
 def _judge_case(doc: Document, citation: CaseCitation, index: CaseIndex | None, reporter_courts: dict[str, str],
-                first_years: dict[str, int], unknown_reporter_confidence: float) -> Finding:
+                year_fixes: tuple[dict[str, int], dict[str, int]], unknown_reporter_confidence: float) -> Finding:
     start = citation.start
     if citation.case_name:
         name_at = doc.text.rfind(citation.case_name, max(0, citation.start - 250), citation.start)
@@ -268,8 +274,11 @@ def _judge_case(doc: Document, citation: CaseCitation, index: CaseIndex | None, 
         resolution = "invalid"
     elif dates is not None:
         first, last, reporter_name = dates
+        first_years, last_years = year_fixes
         if citation.reporter in first_years:
             first = datetime(first_years[citation.reporter], 1, 1)
+        if citation.reporter in last_years:
+            last = datetime(last_years[citation.reporter], 12, 31)
         if citation.year is not None and not _year_in(citation.year, first, last):
             span_text = f"{first.year if first else '?'}-{last.year if last else 'present'}"
             contradictions.append((0.95, Evidence(

@@ -119,3 +119,13 @@ def test_a_rendered_chat_prompt_gets_exactly_one_bos(tiny_llama):
     ids = tok.encode(rendered)
     assert ids[0] == tok.bos_token_id and ids[1] != tok.bos_token_id
     assert ids == tok.apply_chat_template([{"role": "user", "content": "Dose of aspirin?"}], tokenize=True)
+
+
+def test_tiny_checkpoint_tokenizer_learns_the_given_texts(tmp_path):
+    texts = ["hydrochlorothiazide 25 mg daily", "metformin 500 mg twice daily"] * 20
+    path = write_tiny_checkpoint(tmp_path / "m", vocab_from_texts=texts, vocab_size=300, model_vocab_size=512)
+    engine = LLMEngine.from_pretrained(path)
+    ids = engine.tokenizer.encode("hydrochlorothiazide", add_special_tokens=False)
+    assert len(ids) <= 3  # learned merges, not 19 single bytes
+    assert engine.model.config.vocab_size == 512 >= engine.tokenizer.vocab_size
+    assert engine.tokenizer.decode(ids) == "hydrochlorothiazide"

@@ -83,3 +83,18 @@ def test_bitmask_dispatch_on_cpu_matches_the_reference():
     apply_token_bitmask(logits, masks, rows)
     assert torch.equal(logits, expected)
     assert torch.isinf(logits[3]).sum() == 67 and torch.isfinite(logits[1]).all()
+
+
+def test_grouped_decode_of_a_large_unsorted_batch_matches_reference():
+    k_cache, v_cache = _pools(num_blocks=64, block_size=4)
+    gen = torch.Generator().manual_seed(1)
+    batch = 40  # above the grouping threshold; lengths shuffled so groups need a gather
+    lens = torch.randint(1, 33, (batch,), generator=gen).tolist()
+    tables = [torch.randperm(64, generator=gen)[:8].tolist() for _ in range(batch)]
+    q = torch.randn(batch, 4, 8, generator=gen)
+    out = paged_attention_decode_torch(
+        q, k_cache, v_cache, torch.tensor(tables, dtype=torch.int32), torch.tensor(lens, dtype=torch.int32), 0.3
+    )
+    for b in range(batch):
+        expected = _naive(q[b], _context(k_cache, tables[b], lens[b]), _context(v_cache, tables[b], lens[b]), 0.3)
+        torch.testing.assert_close(out[b], expected, atol=1e-5, rtol=1e-5)

@@ -11,8 +11,8 @@ from engine.sampling_params import InvalidRequestError, SamplingParams
 from knowledge_graphs.constraint import KGConstraintError, KGConstraintProcessor, allowed_entities
 from knowledge_graphs.constraint_masks import pack_allowed
 from knowledge_graphs.linking import EntityLinker
-from knowledge_graphs.model import KnowledgeGraph
-from tests.knowledge_graphs.conftest import byte_level_bpe
+from knowledge_graphs.model import Entity, KnowledgeGraph
+from tests.knowledge_graphs.conftest import SRC, byte_level_bpe
 from tests.knowledge_graphs.decode_sim import decode_loop, eos_id
 
 
@@ -212,3 +212,21 @@ def test_sparse_and_dense_application_match_the_packed_masks(tokenizer: Tokenize
     apply_token_bitmask_torch(expected, torch.stack([e.packed for e in entries]))
     processor.apply(logits, request_ids)
     assert torch.equal(logits, expected)
+
+
+def test_a_forbidden_name_with_a_character_split_over_byte_tokens_is_blocked() -> None:
+    tokenizer = byte_level_bpe()
+    kg = KnowledgeGraph("medical", [
+        Entity("condition:sjogren", "condition", "Sjögren syndrome", ["Sjögren"], provenance=SRC),
+        Entity("drug:metformin", "drug", "Metformin", provenance=SRC),
+    ], [])
+    processor = _processor(tokenizer, kg)
+    text = "Dx: Sjögren. Then sjögren syndrome!"
+    plan, logits_fn = _follow(tokenizer, text)
+    assert any(not processor.token_complete[t] for t in plan)      # "ö" really is split over tokens
+    free = decode_loop(None, tokenizer, logits_fn, steps=len(plan))
+    linker = EntityLinker(kg, types={"drug", "condition"})
+    assert {m.entity_id for m in linker.link(free.text)} == {"condition:sjogren"}
+    result = decode_loop(processor, tokenizer, logits_fn, allowed=["drug:metformin"], steps=len(plan))
+    assert result.finish_reason == "stop"
+    assert linker.link(result.text) == []

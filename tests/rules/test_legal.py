@@ -67,3 +67,14 @@ def test_statute_references_are_not_case_citations() -> None:
 @pytest.mark.parametrize("text", ["18 Pa. C.S. 2501", "42 Pa. Cons. Stat. 5524", "124 Stat. 119", "10 Del. Code 8106"])
 def test_code_citations_are_not_unknown_reporters(text: str) -> None:
     assert find_case_citations(f"The claim is governed by {text}.") == []
+
+
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("Lee v. Hart, 900 F. Supp. 100 (1995), is persuasive.", "unverifiable"),     # reporters-db says F. Supp. ended 1988
+        ("Lee v. Hart, 100 F. Supp. 2d 100 (1990), is persuasive.", "contradicted"),  # F. Supp. 2d began in 1998
+    ],
+)
+def test_corrected_edition_dates(text: str, verdict: str) -> None:
+    assert case_verdicts(text) == [verdict]

@@ -110,3 +110,8 @@ def test_prompt_supplies_the_population() -> None:
     assert [c.verdict for c in verify(text, "medical", kg=medical_kg()).claims] == ["supported"]
     asked = verify(text, "medical", kg=medical_kg(), prompt="What lisinopril dose is right for my child?")
     assert [c.verdict for c in asked.claims] == ["unverifiable"]
+
+
+def test_ordinary_words_before_amounts_are_not_drug_names() -> None:
+    text = "Dosage 500 mg twice daily. Then 1000 mg daily. Usually 20 mg. Initially 25 mg daily."
+    assert kinds(text, "drug_name") == []

@@ -80,19 +80,25 @@ def main() -> None:
     run_engine(engine, [(p[:32], 8) for p, _ in requests[:4]])
     hf_generate_batch(hf, [(p[:32], 8) for p, _ in requests[:4]])
 
-    repeats = args.repeats or 3
+    repeats = args.repeats or 2
     engine_times, sequential_rates = [], []
     batched_times: dict[int, list[float]] = {b: [] for b in BATCH_SIZES}
     sample = requests[:SEQUENTIAL_SAMPLE]
     sample_tokens = sum(o for _, o in sample)
-    for repeat in range(repeats):  # interleaved: every contender once per repeat
+
+    def engine_run(tag: str) -> None:
         seconds, _ = timed(lambda: run_engine(engine, requests))
         engine_times.append(seconds)
-        log(f"[{repeat}] engine {total_tokens / seconds:.1f} tok/s")
+        log(f"[{tag}] engine {total_tokens / seconds:.1f} tok/s")
+
+    # interleaved: an engine run next to every HF run, so load swings on a shared machine hit both
+    for repeat in range(repeats):
         for batch_size in BATCH_SIZES:
+            engine_run(str(repeat))
             seconds, _ = timed(lambda b=batch_size: run_hf_batched(hf, requests, b))
             batched_times[batch_size].append(seconds)
             log(f"[{repeat}] hf batch={batch_size} {total_tokens / seconds:.1f} tok/s")
+        engine_run(str(repeat))
         seconds, _ = timed(lambda: [hf_generate_batch(hf, [r]) for r in sample])
         sequential_rates.append(sample_tokens / seconds)
         log(f"[{repeat}] hf sequential {sample_tokens / seconds:.1f} tok/s")

@@ -251,6 +251,8 @@ def evaluate(args: argparse.Namespace) -> tuple[dict[str, Any], list[tuple[Score
             result[f"{domain}_task_accuracy_{mode}"] = round(sum(s.correct for s in chosen) / max(1, len(chosen)), 4)
             result[f"{domain}_entity_violation_rate_{mode}"] = round(
                 sum(bool(s.violations) for s in chosen) / max(1, len(chosen)), 4)
+            verified = sum(s.supported + s.contradicted for s in chosen)
+            result[f"{domain}_fer_{mode}"] = round(sum(s.contradicted for s in chosen) / verified, 4) if verified else None
     return result, pairs
 
 
@@ -283,6 +285,7 @@ def print_table(result: dict[str, Any], pairs: list[tuple[Scored, Scored]], exam
                       str(result[f"{domain}_task_accuracy_on"]), "")
         table.add_row(f"{domain}: violation rate", str(result[f"{domain}_entity_violation_rate_off"]),
                       str(result[f"{domain}_entity_violation_rate_on"]), "")
+        table.add_row(f"{domain}: FER", str(result[f"{domain}_fer_off"]), str(result[f"{domain}_fer_on"]), "")
     console.print(table)
     changed = [(off, on) for off, on in pairs if off.violations and not on.violations][:examples]
     for off, on in changed:

@@ -36,7 +36,7 @@ class AsyncLLMEngine:
         self._pending_aborts: list[str] = []
         self._wake = asyncio.Event()
         self._engine_lock = threading.Lock()   # step (worker thread) vs stats() (event loop)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-step")
+        self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-step")
         self._loop_task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
 
@@ -73,6 +73,8 @@ class AsyncLLMEngine:
 
     async def start(self) -> None:
         if self._loop_task is None or self._loop_task.done():
+            if self._executor is None:  # restarted after shutdown()
+                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-step")
             self._wake = asyncio.Event()
             self._loop_task = asyncio.create_task(self._run(), name="engine-step-loop")
 
@@ -86,7 +88,9 @@ class AsyncLLMEngine:
                 pass
         for queue in self._queues.values():
             queue.put_nowait(EngineDeadError("engine shut down"))
-        self._executor.shutdown(wait=True)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
 
     # ---- requests ------------------------------------------------------------------------------
 
@@ -151,6 +155,7 @@ class AsyncLLMEngine:
                     if not (self._pending_adds or self._pending_aborts):
                         await self._wake.wait()
                     continue
+                assert self._executor is not None
                 outputs = await loop.run_in_executor(self._executor, self._step_locked)
                 for output in outputs:
                     queue = self._queues.get(output.request_id)

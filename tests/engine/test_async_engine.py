@@ -88,3 +88,19 @@ def test_bad_request_raises_before_compute(tiny_llama):
         return stats
 
     assert asyncio.run(main())["num_requests_finished"] == 0
+
+
+def test_restart_after_shutdown(tiny_llama):
+    async def main():
+        engine = AsyncLLMEngine.from_pretrained(tiny_llama)
+        results = []
+        for round_ in range(2):
+            await engine.start()
+            async for out in engine.generate("hello", PARAMS, request_id=f"r{round_}"):
+                last = out
+            results.append(last.token_ids)
+            await engine.shutdown()
+        return results
+
+    first, second = asyncio.run(main())
+    assert first == second and len(first) == 12

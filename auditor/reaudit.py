@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import and_, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
@@ -22,7 +21,7 @@ from auditor.jobs_models import ImportBatch, ImportedOutput, ReauditChunk, Reaud
 from auditor.models import AuditRecord, utcnow
 from auditor.reaudit_chunks import fail_pending_in_chunk, finalize_if_complete
 from auditor.reaudit_summary import build_summary
-from auditor.schemas import AuditFilters
+from auditor.schemas import AuditFilters, RecordFilter
 from auditor.scoring import write_session
 from auditor.task_queue import TaskQueue
 
@@ -45,24 +44,8 @@ class ReauditConflict(ReauditError):
     """The job is in a state that forbids the change (e.g. cancelling a finished job)."""
 
 
-class ReauditFilter(BaseModel):
-    """Which stored records to re-score. Unknown fields are rejected (the API answers 422)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    since: datetime | None = None
-    until: datetime | None = None
-    tenant: str | None = Field(default=None, max_length=128, description="Admins only")
-    domain: str | None = Field(default=None, max_length=64)
-    intent: str | None = Field(default=None, max_length=64)
-    model: str | None = Field(default=None, max_length=256)
-    gate_action: Literal["allow", "annotate", "redact", "block", "refuse"] | None = None
-    status: Literal["completed", "refused", "blocked", "error"] | None = None
-    has_contradicted: bool | None = None
-    fer_min: float | None = Field(default=None, ge=0, le=1)
-    fer_max: float | None = Field(default=None, ge=0, le=1)
-    rule_id: str | None = Field(default=None, min_length=1, max_length=128)
-    q: str | None = Field(default=None, min_length=1, max_length=256)
+class ReauditFilter(RecordFilter):
+    """Which stored records to re-score: the compliance filters, without paging."""
 
     def to_audit_filters(self) -> AuditFilters:
         return AuditFilters(kind="record", **self.model_dump(exclude_none=True))

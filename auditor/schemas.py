@@ -122,7 +122,9 @@ class AuditSummary(BaseModel):
 # -- compliance queries -----------------------------------------------------------------------------
 
 
-class AuditFilters(BaseModel):
+class RecordFilter(BaseModel):
+    """Which stored records: shared by the compliance queries and re-audit jobs. Unknown fields -> 422."""
+
     model_config = ConfigDict(extra="forbid")
 
     since: datetime | None = None
@@ -133,19 +135,22 @@ class AuditFilters(BaseModel):
     model: str | None = Field(default=None, max_length=256)
     gate_action: Literal["allow", "annotate", "redact", "block", "refuse"] | None = None
     status: Literal["completed", "refused", "blocked", "error"] | None = None
-    kind: Literal["record", "purge"] | None = None
     has_contradicted: bool | None = None
     fer_min: float | None = Field(default=None, ge=0, le=1)
     fer_max: float | None = Field(default=None, ge=0, le=1)
     rule_id: str | None = Field(default=None, min_length=1, max_length=128)
     q: str | None = Field(default=None, min_length=1, max_length=256, description="Text search over claims")
-    limit: int = Field(default=50, ge=1, le=500)
-    cursor: str | None = Field(default=None, max_length=128)
 
     @field_validator("since", "until")
     @classmethod
     def _utc(cls, value: datetime | None) -> datetime | None:
         return _as_utc(value) if value is not None else None
+
+
+class AuditFilters(RecordFilter):
+    kind: Literal["record", "purge"] | None = None
+    limit: int = Field(default=50, ge=1, le=500)
+    cursor: str | None = Field(default=None, max_length=128)
 
 
 class ExportFilters(AuditFilters):

@@ -74,7 +74,7 @@ class TrainConfig:
     def tiny(cls) -> TrainConfig:
         """A model of a few thousand parameters: for smoke tests of this script, not for use."""
         return cls(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                   num_key_value_heads=2, context=64, batch_size=2, steps=3, warmup_steps=1)
+                   num_key_value_heads=2, context=512, batch_size=2, steps=3, warmup_steps=1)
 
 
 # -- corpus ---------------------------------------------------------------------------------------------
@@ -266,7 +266,8 @@ def final_loss(losses: list[float]) -> float:
     return sum(tail) / len(tail)
 
 
-def write_training_md(out: Path, config: TrainConfig, *, corpus_sha256: str, corpus_size: int, num_tokens: int,
+def write_training_md(out: Path, config: TrainConfig, *, corpus_sha256: str, corpus_size: int, skipped: int,
+                      num_tokens: int,
                       num_params: int, losses: list[float], seconds: float, command: str) -> None:
     versions = {name: version(name) for name in ("torch", "transformers", "tokenizers")}
     lines = [
@@ -278,7 +279,8 @@ def write_training_md(out: Path, config: TrainConfig, *, corpus_sha256: str, cor
         "download. Any Hugging Face Llama-family checkpoint can replace it (`AUDITOR_MODEL_PATH`).",
         "",
         f"- command: `{command}`",
-        f"- corpus: {corpus_size} conversations, {num_tokens} tokens, sha256 `{corpus_sha256}`",
+        f"- corpus: {corpus_size} conversations ({skipped} longer than the context left out), {num_tokens} tokens "
+        f"trained on, sha256 `{corpus_sha256}`",
         f"- parameters: {num_params:,}",
         f"- steps: {config.steps} (batch {config.batch_size} x {config.context} tokens)",
         f"- final loss (mean of last 20 steps): {final_loss(losses):.4f}",
@@ -310,7 +312,14 @@ def run(config: TrainConfig, out: Path, corpus: list[list[dict[str, str]]], comm
 
     tokenizer = train_tokenizer(corpus, config.vocab_size)
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
-    examples = [tokenize_conversation(tokenizer, c) for c in corpus]
+    tokenized = [tokenize_conversation(tokenizer, c) for c in corpus]
+    # A conversation longer than the context cannot be learned whole; leave it out and say so.
+    examples = [ex for ex in tokenized if len(ex[0]) <= config.context]
+    skipped = len(tokenized) - len(examples)
+    if not examples:
+        raise TrainingError(f"every conversation is longer than the context ({config.context} tokens)")
+    if skipped:
+        print(f"skipped {skipped} conversations longer than the context ({config.context} tokens)", flush=True)
     num_tokens = sum(len(ids) for ids, _ in examples)
     model = build_model(config, vocab_size, tokenizer)
     num_params = sum(p.numel() for p in model.parameters())
@@ -328,9 +337,11 @@ def run(config: TrainConfig, out: Path, corpus: list[list[dict[str, str]]], comm
     model.save_pretrained(out, safe_serialization=True)
     save_tokenizer(tokenizer, out, config.context)
     save_loss_curve(losses, out / "loss_curve.png")
-    write_training_md(out, config, corpus_sha256=corpus_sha256, corpus_size=len(corpus), num_tokens=num_tokens,
+    write_training_md(out, config, corpus_sha256=corpus_sha256, corpus_size=len(corpus), skipped=skipped,
+                      num_tokens=num_tokens,
                       num_params=num_params, losses=losses, seconds=seconds, command=command)
     return {"out": str(out), "steps": config.steps, "final_loss": final_loss(losses), "seconds": seconds,
+            "skipped_conversations": skipped,
             "corpus_sha256": corpus_sha256, "num_params": num_params}
 
 

@@ -53,3 +53,27 @@ def test_generates_through_the_engine_and_stops_at_end_of_turn(engine) -> None: 
     for (question, expected), output in zip(KNOWN_FACTS, outputs, strict=True):
         assert output.finish_reason == "stop", (question, output.text)
         assert expected in output.text, (question, output.text)
+
+
+# -- the hallucination evaluation's prompt set and answer judge (benchmarks/hallucination_eval.py) -----------
+def test_evaluation_prompts_cover_three_domains_with_kg_gold() -> None:
+    from benchmarks.hallucination_eval import DEFAULT_PROMPTS, read_prompts
+
+    prompts = read_prompts(DEFAULT_PROMPTS)
+    assert len(prompts) >= 200
+    assert {p["domain"] for p in prompts} == {"finance", "legal", "medical"}
+    assert len({p["id"] for p in prompts}) == len(prompts)
+    assert all(p["gold_entities"] and p["prompt"].strip() for p in prompts)
+
+
+@pytest.mark.parametrize(("text", "literals", "named", "expected"), [
+    ("No. As of 2025-06-13, France is not on the FATF black list.", ["no"], {"country:FR"}, True),
+    ("Not known. France is on no list.", ["no"], {"country:FR"}, False),          # yes/no: the first word
+    ("France, 384 U.S. 436 (1966).", ["384 U.S. 436"], {"country:FR"}, True),
+    ("France, 384 U.S (1966).", ["384 U.S. 436"], {"country:FR"}, False),         # literal garbled
+    ("No. It is not on the list.", ["no"], set(), False),                         # gold entity not named
+])
+def test_answers_are_judged_against_gold(text: str, literals: list[str], named: set[str], expected: bool) -> None:
+    from benchmarks.hallucination_eval import is_correct
+
+    assert is_correct(text, ["country:FR"], literals, named) is expected

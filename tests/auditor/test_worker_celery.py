@@ -53,14 +53,6 @@ def database_url(tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
-def database(database_url: str) -> Iterator[Database]:
-    db = Database(database_url)
-    db.upgrade()
-    yield db
-    db.dispose()
-
-
-@pytest.fixture
 def queue_name() -> Iterator[str]:
     name = f"auditor-test-{uuid.uuid4().hex[:10]}"
     yield name

@@ -72,14 +72,21 @@ class DomainDefaults:
 # Why these: in medicine the dangerous slip is naming the wrong drug or condition; two hops reach
 # drug -> condition -> the other drugs for it, and drug -> class -> its siblings. In finance the
 # claims that matter are which country sits on which risk list; two hops give country -> list ->
-# the other listed countries. In law a case reaches its court and reporter in one hop; statutes
-# are only allowed when named (anchors), as the KG holds no case->statute edges.
+# the other listed countries. In law the constrained names are cases, statutes and documented
+# fabricated citations; a fabricated citation reaches the decision that documented it in one hop
+# (documented_in: "Varghese ... documented in Mata v. Avianca, Inc."), a case the fabricated
+# citations it documented. Statutes are only allowed when named (anchors), as the KG holds no
+# case->statute edges. Courts are NOT constrained: their courts-db surface forms are short
+# abbreviations and bare state names ("S.C.", "Ohio", "U.S. Dist. V.I.") that occur inside case
+# names and citations ("Brandenburg v. Ohio", "28 U.S.C. §", "395 U.S. 444"), so constraining them
+# blocked ordinary legal writing; which court decided a case is checked by the legal rule pack.
 DOMAIN_DEFAULTS: dict[str, DomainDefaults] = {
     "medical": DomainDefaults(
         frozenset({"drug", "condition"}),
         frozenset({"indicated_for", "contraindicated_in", "interacts_with", "in_class"}), 2),
     "finance": DomainDefaults(frozenset({"country", "risk_list"}), frozenset({"listed_on"}), 2),
-    "legal": DomainDefaults(frozenset({"case", "statute", "court"}), frozenset({"decided_by", "reported_in"}), 1),
+    "legal": DomainDefaults(frozenset({"case", "statute", "fabricated_citation"}),
+                           frozenset({"decided_by", "reported_in", "documented_in"}), 1),
 }
 
 

@@ -194,31 +194,30 @@ class AllowedView:
         return ~blocked
 
     def trie_allowed(self, state: DecodeState) -> torch.Tensor:
-        """bool [vocab]: inside a live mention, continuations toward allowed entities or closing the
-        mention; outside one, the root rule."""
+        """bool [vocab]: steering. Outside a live mention, the root rule. Inside one, the root rule
+        plus the mention's live continuations, minus (within a word) the tokens that leave the word a
+        prefix of forbidden names only; a token that leaves the name index altogether ends the
+        mention and is allowed ("JP" + "Y"), and so is every token holding a word boundary
+        ("U.S" + "."): whether a name closes there is the guard's business."""
         root = self._root_allowed[state.guard.boundary]
-        if state.trie_node is None or state.guard.boundary:
-            # Outside a (live) mention, or the text already ended a word (a bare space piece was
-            # written), so the mention may be over: only the root rule (and the guard) apply.
+        if state.trie_node is None:
             return root
-        trie = self.trie
-        children = trie.children[state.trie_node]
         vocab = self.domain.vocab_size
-        if trie.depth[state.trie_node] == 1:
-            # One token in, the mention may still be an ordinary word ("T" + "ake", " Met" + "al"):
-            # block only the continuations that lead to forbidden entities alone.
-            first = trie.token[state.trie_node]
-            dead = [t for t in self.domain.index.second_tokens.get(first, ())
-                    if t < vocab and children.get(t) not in self.live]
-            if not dead:
-                return root
-            allowed = root.clone()
-            allowed[torch.tensor(dead)] = False
-            return allowed
-        allowed = self.domain.closing & self._root_allowed[False]
-        live_tokens = [t for t, child in children.items() if child in self.live and t < vocab]
+        live_tokens = [t for t, child in self.trie.children[state.trie_node].items()
+                       if child in self.live and t < vocab]
+        dead = None
+        if not state.guard.boundary:
+            # After a word boundary (a bare space piece, "v." in a case name) the mention may be
+            # over: only the root rule applies there, plus the live continuations.
+            dead = self.domain.guard.dead_word_blocked(state.guard, self.allowed_nodes)
+        if dead is None and not live_tokens:
+            return root
+        allowed = root.clone()
+        if dead is not None:
+            allowed &= ~dead
         if live_tokens:
-            allowed = allowed.clone()
+            # a live continuation may be a single-token name the root rule blocks (" Ohio" in
+            # "Brandenburg v. Ohio" while court:ohio is forbidden)
             allowed[torch.tensor(live_tokens)] = True
         return allowed
 

@@ -35,7 +35,8 @@ SPACE = " "
 _MAX_CHAR = "\U0010ffff"
 
 ClosingGroup = tuple[int, ...]   # trie nodes (terminals) that close at the same boundary
-WalkRecord = tuple[int, int, tuple[int, ...], bool]   # (lo, hi, nodes, closes) over sorted token positions
+WalkRecord = tuple[int, int, tuple[int, ...], int]   # (lo, hi, nodes, kind) over sorted token positions
+CLOSES, OPEN_NAME, OPEN_WORD = 0, 1, 2               # WalkRecord kinds (see SurfaceGuard._walk)
 
 
 def fold(text: str) -> str:
@@ -245,6 +246,28 @@ class SurfaceGuard:
     def continuation_blocked(self, state: GuardState, allowed: AllowedNodes) -> torch.Tensor | None:
         """bool [vocab]: tokens whose text, continuing the state's open matches, closes a forbidden
         name (None when nothing is blocked)."""
+        records = self._records(state)
+        if records is None:
+            return None
+        bad = [(lo, hi) for lo, hi, group, kind in records
+               if (allowed.violates(group) if kind == CLOSES else kind == OPEN_NAME and allowed.dead_end(group))]
+        return self._ranges_blocked(state.boundary, bad)
+
+    def dead_word_blocked(self, state: GuardState, allowed: AllowedNodes) -> torch.Tensor | None:
+        """Steering, not the guarantee: bool [vocab], tokens that only lengthen the current word
+        (no word boundary in them) and leave it a prefix of forbidden names alone (every open match
+        after the token has no allowed name at or below it). A token after which the word is no
+        prefix of any constrained form at all ("JP" + "Y") is not blocked: the mention is over.
+        None when nothing is blocked."""
+        records = self._records(state)
+        if records is None:
+            return None
+        live = allowed.live
+        bad = [(lo, hi) for lo, hi, group, kind in records
+               if kind == OPEN_WORD and not any(n in live for n in group)]
+        return self._ranges_blocked(state.boundary, bad)
+
+    def _records(self, state: GuardState) -> list[WalkRecord] | None:
         if not state.nodes:
             return None
         key = (state.nodes, state.boundary)
@@ -253,8 +276,9 @@ class SurfaceGuard:
             if len(self._walks) > 100_000:
                 self._walks.clear()
             records = self._walks[key] = self._walk(tuple(state.nodes), state.boundary)
-        bad = [(lo, hi) for lo, hi, group, closes in records
-               if (allowed.violates(group) if closes else allowed.dead_end(group))]
+        return records
+
+    def _ranges_blocked(self, boundary: bool, bad: list[tuple[int, int]]) -> torch.Tensor | None:
         if not bad:
             return None
         delta = torch.zeros(self.vocab_size + 1, dtype=torch.int32)   # difference array over sorted order
@@ -263,19 +287,21 @@ class SurfaceGuard:
         delta.index_add_(0, bounds[:, 1], -torch.ones(len(bad), dtype=torch.int32))
         blocked_sorted = delta.cumsum(0)[:-1] > 0                      # [vocab], sorted positions
         blocked = torch.zeros(self.vocab_size, dtype=torch.bool)
-        blocked[self._perm[state.boundary]] = blocked_sorted
+        blocked[self._perm[boundary]] = blocked_sorted
         return blocked
 
     def _walk(self, start: tuple[int, ...], boundary: bool) -> list[WalkRecord]:
-        """(lo, hi, group, closes): tokens at sorted positions [lo, hi) close `group` (terminals of
-        `start`'s continuations; closes=True) or end with `group` open (closes=False).
+        """(lo, hi, group, kind): tokens at sorted positions [lo, hi) close `group` (terminals of
+        `start`'s continuations; kind CLOSES), end with `group` open and holding a complete name
+        (kind OPEN_NAME), or end with `group` open without having passed a word boundary (kind
+        OPEN_WORD: the token only lengthened the current word; used by steering).
         Depth-first over trie nodes and token prefixes together."""
         strings = self._sorted[boundary]
         trie = self.trie
         records: list[WalkRecord] = []
-        stack: list[tuple[tuple[int, ...], str, int, int]] = [(start, "", 0, len(strings))]
+        stack: list[tuple[tuple[int, ...], str, int, int, bool]] = [(start, "", 0, len(strings), False)]
         while stack:
-            nodes, prefix, lo, hi = stack.pop()
+            nodes, prefix, lo, hi, spaced = stack.pop()
             chars = {SPACE}
             for node in nodes:
                 chars.update(trie.child_chars(node))
@@ -288,12 +314,16 @@ class SurfaceGuard:
                 if ch == SPACE:
                     group = tuple(n for n in nodes if n in self.trie.entities)
                     if group:
-                        records.append((a, b, group, True))
+                        records.append((a, b, group, CLOSES))
                 nxt = tuple(c for n in nodes if (c := trie.child(n, ch)) >= 0)
                 if nxt:
-                    if ch != SPACE and any(n in trie.entities for n in nxt):
+                    word = not spaced and ch != SPACE
+                    if word or any(n in trie.entities for n in nxt):
                         exact_end = bisect.bisect_right(strings, extended, a, b)   # tokens == extended
                         if exact_end > a:
-                            records.append((a, exact_end, nxt, False))
-                    stack.append((nxt, extended, a, b))
+                            if ch != SPACE and any(n in trie.entities for n in nxt):
+                                records.append((a, exact_end, nxt, OPEN_NAME))
+                            if word:
+                                records.append((a, exact_end, nxt, OPEN_WORD))
+                    stack.append((nxt, extended, a, b, spaced or ch == SPACE))
         return records

@@ -7,6 +7,7 @@ to character offsets in the original text. Longest match wins; overlapping short
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from functools import lru_cache
@@ -18,6 +19,16 @@ from knowledge_graphs.model import KnowledgeGraph, normalise_alias
 # Surface forms this short are mostly noise ("a", "in", "ct") unless written in capitals in the text.
 MIN_FORM_LENGTH = 3
 ACRONYM_LENGTH = 5
+
+# Statute-code tokens: "U.S.C.", "U.S.C.A.", "U.S.C.S.", "U.S. Code", "United States Code". A mention lying
+# wholly inside one ("U.S" of "26 U.S.C. 6050I") is part of a citation, not a reference to a country; a
+# longer mention that covers the whole citation (a KG regulation "26 U.S.C. 6050I") is kept.
+STATUTE_CODE = re.compile(
+    r"\bU\.?\s?S\.?\s?C\.?(?:\s?[AS]\.?)?(?=[\s,;:)\]§]|$)|\b(?:U\.?\s?S\.?|United\s+States)\s+Code\b")
+
+
+def statute_code_spans(text: str) -> list[tuple[int, int]]:
+    return [m.span() for m in STATUTE_CODE.finditer(text)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +96,7 @@ class MentionFinder:
             return []
         wanted = frozenset(types)
         normalised, offsets = normalise_with_offsets(text)
+        code_spans = statute_code_spans(text)
         hits: list[tuple[int, int, dict[str, list[str]]]] = []
         for end_index, (form, by_type) in self.automaton.iter(normalised):
             kept = {t: ids for t, ids in by_type.items() if t in wanted}
@@ -93,6 +105,8 @@ class MentionFinder:
             # the key is " form ": its first letter sits at end_index - len(form), its last at end_index - 1
             start, end = offsets[end_index - len(form)], offsets[end_index - 1] + 1
             if form in self.caps_only and not text[start:end].isupper():
+                continue
+            if any(s <= start and end <= e for s, e in code_spans):
                 continue
             hits.append((start, end, kept))
         hits.sort(key=lambda h: (h[0], -(h[1] - h[0])))

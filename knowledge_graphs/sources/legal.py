@@ -4,7 +4,8 @@ Curated files in data/legal/:
 - cases.yaml: `cases:` records {name, citation "347 U.S. 483", year, court (courts-db id), aliases?,
   source, locator, as_of}; the builder parses the citation and adds decided_by/reported_in/decided_in_year.
 - statutes.yaml: generic `entities:` records of type statute.
-- fabricated.yaml: `fabricated:` records {name, citation, found_in, order, source, locator, as_of}.
+- fabricated.yaml: `fabricated:` records {name, citation, found_in, order, documented_in?, source, locator,
+  as_of}; `documented_in` (a case id from cases.yaml) adds a documented_in fact (fabricated -> case).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def build(data_dir: Path) -> DomainData:
     statutes, statute_facts = load_generic(folder / "statutes.yaml", manifest)
     out.entities += statutes
     out.facts += statute_facts
-    entities, facts = fabricated_data(folder / "fabricated.yaml", manifest)
+    entities, facts = fabricated_data(folder / "fabricated.yaml", manifest, {e.id for e in out.entities if e.type == "case"})
     out.entities += entities
     out.facts += facts
     return out
@@ -148,7 +149,7 @@ def case_data(path: Path, manifest: Manifest, reporters: set[str], courts: set[s
     return entities, facts
 
 
-def fabricated_data(path: Path, manifest: Manifest) -> tuple[list[Entity], list[Fact]]:
+def fabricated_data(path: Path, manifest: Manifest, cases: set[str] | None = None) -> tuple[list[Entity], list[Fact]]:
     entities: list[Entity] = []
     facts: list[Fact] = []
     for where, rec in records(read_yaml(path), "fabricated", path):
@@ -158,4 +159,9 @@ def fabricated_data(path: Path, manifest: Manifest) -> tuple[list[Entity], list[
         entities.append(Entity(entity_id, "fabricated_citation", rec["name"], list(rec.get("aliases") or []),
                                {"citation": rec["citation"], "found_in": rec["found_in"]}, provenance))
         facts.append(Fact(entity_id, "fabrication_documented_in", value=rec["order"], provenance=provenance))
+        documented_in = rec.get("documented_in")
+        if documented_in is not None:
+            if cases is not None and documented_in not in cases:
+                raise CuratedDataError(f"{where}: documented_in {documented_in!r} is not a case in cases.yaml")
+            facts.append(Fact(entity_id, "documented_in", object=str(documented_in), provenance=provenance))
     return entities, facts

@@ -260,9 +260,14 @@ def _judge_case(doc: Document, citation: CaseCitation, index: CaseIndex | None, 
             subject = fake.id
             documented = doc.kg.facts(fake.id, "fabrication_documented_in") if doc.kg is not None else []
             order = str(documented[0].value) if documented else str(fake.attributes.get("found_in", ""))
-            contradictions.append((0.99, kg_evidence(
+            fabrication = kg_evidence(
                 f"documented fabricated citation: {fake.name}, {fake.attributes.get('citation', '')}; {order}",
-                documented[0].provenance if documented else fake.provenance, kind="fabrication")))
+                documented[0].provenance if documented else fake.provenance, kind="fabrication")
+            if denies_citation(doc, span, citation.start):
+                # the sentence says this citation is fabricated / does not exist: a correct denial
+                return Finding(text, span, "case_citation", "supported", 0.95, [fabrication], subject=subject,
+                               citation=CitationCheck("case", "invalid", True))
+            contradictions.append((0.99, fabrication))
             resolution = "invalid"
 
     # 2. reporter exists, year inside the edition's dates
@@ -336,6 +341,52 @@ def _judge_case(doc: Document, citation: CaseCitation, index: CaseIndex | None, 
                    [Evidence(kind="registry", description=description, source=package_source("reporters-db"),
                              locator="reporters_db.EDITIONS"), *notes],
                    subject=subject, citation=CitationCheck("case", "unconfirmed", None))
+
+
+# -- denials of fabricated citations -------------------------------------------------------------------
+# A sentence that *denies* a documented fabricated citation ("X, 114 A.D.3d 947, does not exist: it is a
+# fabricated citation") is correct, not a hallucination. The denial must be attached to this citation in its
+# own sentence: a cue within DENIAL_WORDS_AFTER words after the citation or DENIAL_WORDS_BEFORE words before
+# its case name, with no other case name ("A v. B"), no other citation and no reliance verb ("holds",
+# "supports", "relied on") in between, and the cue itself not negated ("is not fabricated"). Anything else
+# (a sentence relying on the citation, or a cue about something else) keeps the fabrication contradicted.
+DENIAL_CUES = ("does not exist", "do not exist", "did not exist", "doesn't exist", "didn't exist", "never existed",
+               "fabricated", "fictitious", "non-existent", "nonexistent", "made up", "made-up", "invented",
+               "bogus", "fake")
+DENIAL_WORDS_AFTER = 10
+DENIAL_WORDS_BEFORE = 6
+_DENIAL_CUE = re.compile(r"\b(?:" + "|".join(re.escape(c).replace(r"\ ", r"\s+") for c in DENIAL_CUES) + r")\b", re.I)
+_CUE_NEGATED = re.compile(r"\b(?:not|never|no)\b(?:\s+\S+){0,2}\s*$|n't\s+(?:\S+\s+){0,2}$", re.I)
+_VERSUS_IN_TEXT = re.compile(r"\sv\.?\s")
+_DENIAL_BARRIER = re.compile(
+    r"\sv\.?\s|\b\d{1,4}\s+[A-Z][A-Za-z.' ]{0,20}\s\d{1,7}\b"          # another case name or citation
+    r"|\b(?:holds?|held|holding|rul(?:es|ed|ing)|establish(?:es|ed)|supports?|supported|stands?\s+for"
+    r"|recogni[sz]e[sd]|decided|concluded|reasoned|explained|affirmed|reversed|relie[sd]|relying)\b")
+
+
+def denies_citation(doc: Document, span: tuple[int, int], cite_start: int | None = None) -> bool:
+    """True when the citation at `span` (case name through parenthetical; the volume starts at `cite_start`) is
+    said, in its own sentence, to be fabricated / non-existent / fictitious / made up / invented / bogus / fake."""
+    sentence = doc.sentence_of(span[0])
+    # a "case name" that swallowed another case ("Varghese v. X cite, Miller v. Y") belongs to two cases: a cue
+    # before it cannot be told apart, so only cues after the citation count
+    name = doc.text[span[0]:cite_start if cite_start is not None else span[0]]
+    name_is_one_case = len(_VERSUS_IN_TEXT.findall(name)) <= 1
+    for cue in _DENIAL_CUE.finditer(sentence.text):
+        start, end = sentence.start + cue.start(), sentence.start + cue.end()
+        if span[0] <= start < span[1]:
+            continue                      # a cue inside the case name itself ("Fake v. Smith")
+        gap = doc.text[span[1]:start] if start >= span[1] else doc.text[end:span[0]]
+        limit = DENIAL_WORDS_AFTER if start >= span[1] else DENIAL_WORDS_BEFORE
+        if start < span[0] and not name_is_one_case:
+            continue
+        if len(gap.split()) > limit or _DENIAL_BARRIER.search(gap):
+            continue
+        preceding = doc.text[max(sentence.start, start - 40):start]
+        if not cue.group(0).casefold().startswith(("do", "did", "never")) and _CUE_NEGATED.search(preceding):
+            continue                      # "is not fabricated", "isn't a fake case"
+        return True
+    return False
 
 
 def _year_in(year: int, first: datetime | None, last: datetime | None) -> bool:

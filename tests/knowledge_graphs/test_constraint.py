@@ -9,6 +9,7 @@ from tokenizers import Tokenizer
 from engine.kernels.bitmask import apply_token_bitmask_torch, pack_bool_mask
 from engine.sampling_params import InvalidRequestError, SamplingParams
 from knowledge_graphs.constraint import KGConstraintError, KGConstraintProcessor, allowed_entities
+from knowledge_graphs import constraint_masks
 from knowledge_graphs.constraint_masks import pack_allowed
 from knowledge_graphs.linking import EntityLinker
 from knowledge_graphs.model import Entity, KnowledgeGraph
@@ -197,21 +198,37 @@ def test_fast_packing_matches_the_bitmask_reference(vocab_size: int) -> None:
     assert torch.equal(pack_allowed(allowed, vocab_size), pack_bool_mask(allowed, vocab_size))
 
 
-def test_sparse_and_dense_application_match_the_packed_masks(tokenizer: Tokenizer, kg: KnowledgeGraph) -> None:
+def test_sparse_and_dense_application_match_the_packed_masks(
+    tokenizer: Tokenizer, kg: KnowledgeGraph, monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Rows are masked either through cached blocked ids or the bitmask kernel: same result."""
-    processor = _processor(tokenizer, kg)
+    # Steering inside a mention only blocks dead words now, so on these small vocabularies no state
+    # may block 1/16 of them: put the threshold between the fewest and the most tokens a state of
+    # this text blocks, so that both application paths are exercised.
     text = "Take Metformin for type 2 diabetes, not Metoprolol"
     ids = tokenizer.encode(text, add_special_tokens=False).ids
     request_ids = [f"r{i}" for i in range(len(ids))]
-    for i, request_id in enumerate(request_ids):   # request i has generated the first i tokens
-        processor.add_request(request_id, _params(["drug:metformin", "condition:t2d"]), [], ids[:i])
-    entries = [processor._requests[r].view.entry(processor._requests[r].state) for r in request_ids]
+
+    def entries_with(fraction: float) -> tuple[KGConstraintProcessor, list]:
+        monkeypatch.setattr(constraint_masks, "SPARSE_FRACTION", fraction)
+        processor = _processor(tokenizer, kg)
+        for i, request_id in enumerate(request_ids):   # request i has generated the first i tokens
+            processor.add_request(request_id, _params(["drug:metformin", "condition:t2d"]), [], ids[:i])
+        return processor, [processor._requests[r].view.entry(processor._requests[r].state) for r in request_ids]
+
+    counts = sorted(e.blocked_ids.numel() for e in entries_with(1.0)[1])
+    assert counts[0] < counts[-1]
+    processor, entries = entries_with((counts[0] + 0.5) / processor_vocab(tokenizer))
     assert any(e.blocked_ids is None for e in entries) and any(e.blocked_ids is not None for e in entries)
     logits = torch.randn(len(ids), processor.vocab_size, generator=torch.Generator().manual_seed(0))
     expected = logits.clone()
     apply_token_bitmask_torch(expected, torch.stack([e.packed for e in entries]))
     processor.apply(logits, request_ids)
     assert torch.equal(logits, expected)
+
+
+def processor_vocab(tokenizer: Tokenizer) -> int:
+    return tokenizer.get_vocab_size()
 
 
 def test_a_forbidden_name_with_a_character_split_over_byte_tokens_is_blocked() -> None:

@@ -41,3 +41,32 @@ def test_finance(text: str, verdict: str) -> None:
 )
 def test_legal(text: str, verdict: str) -> None:
     assert [c.verdict for c in verify(text, "legal").claims if c.kind == "case_citation"] == [verdict]
+
+
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("No. Matter of Bourguignon v. Coordinated Behavioral Health Servs., Inc., 114 A.D.3d 947 (3d Dep't 2014), "
+         "does not exist: it is a fabricated citation documented in Mata v. Avianca / Park v. Kim", "supported"),
+        ("Matter of Bourguignon v. Coordinated Behavioral Health Servs., Inc., 114 A.D.3d 947 (3d Dep't 2014), "
+         "supports the argument.", "contradicted"),
+        ("Miller v. United Airlines, Inc., 174 F.3d 366 (4th Cir. 1999), was invented by ChatGPT.", "supported"),
+    ],
+)
+def test_legal_denials_of_documented_fabrications(text: str, verdict: str) -> None:
+    assert [c.verdict for c in verify(text, "legal").claims if c.kind == "case_citation"] == [verdict]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Under 31 U.S.C. 5318, Iran is on the FATF black list as of June 2025.",
+        "Per 26 U.S.C.A. 6050I, Iran is on the FATF black list as of June 2025.",
+        "Title 31 of the U.S. Code requires reports; the euro is the currency of Germany.",
+        "Under 31 U.S.C. 5313, Japan uses the yen.",
+    ],
+)
+def test_us_inside_a_statute_citation_is_not_the_country(text: str) -> None:
+    claims = verify(text, "finance").claims
+    assert claims and all(c.subject != "country:US" for c in claims)
+    assert {c.verdict for c in claims} == {"supported"}

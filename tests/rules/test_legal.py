@@ -78,3 +78,47 @@ def test_code_citations_are_not_unknown_reporters(text: str) -> None:
 )
 def test_corrected_edition_dates(text: str, verdict: str) -> None:
     assert case_verdicts(text) == [verdict]
+
+
+# -- denials of documented fabrications -----------------------------------------------------------------
+VARGHESE = "Varghese v. China Southern Airlines Co., 925 F.3d 1339 (11th Cir. 2019)"
+
+
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        # the sentence says the citation is fabricated: a correct denial
+        (f"No. {VARGHESE}, does not exist: it is a fabricated citation documented in Mata v. Avianca.", "supported"),
+        (f"{VARGHESE}, is a fake case invented by ChatGPT.", "supported"),
+        (f"{VARGHESE}, is fictitious.", "supported"),
+        (f"{VARGHESE}, was made up by a chatbot.", "supported"),
+        (f"Counsel cited a non-existent case, {VARGHESE}.", "supported"),
+        (f"The bogus citation {VARGHESE} was sanctioned.", "supported"),
+        # the sentence relies on it, or the cue is about something else, or the cue is negated
+        (f"{VARGHESE}, holds that the limitations period is tolled.", "contradicted"),
+        (f"{VARGHESE}, holds that the carrier's fake records were inadmissible.", "contradicted"),
+        (f"{VARGHESE}, is not fabricated; it tolls the period.", "contradicted"),
+        (f"{VARGHESE}, isn't a fake case.", "contradicted"),
+        (f"{VARGHESE}, does exist and is not made up.", "contradicted"),
+        (f"{VARGHESE}, tolls the period. It is a fabricated citation.", "contradicted"),   # the cue is in another sentence
+        (f"Unlike the fabricated Miller v. United Airlines cite, {VARGHESE}, tolls the period.", "contradicted"),
+        (f"{VARGHESE}, tolls the limitations period under the Montreal Convention, and the opposing "
+         f"brief's claim that our authorities were fabricated is baseless.", "contradicted"),   # cue too far away
+    ],
+)
+def test_denial_of_a_documented_fabrication(text: str, verdict: str) -> None:
+    assert case_verdicts(text) == [verdict]
+
+
+def test_denial_evidence_is_the_documented_fabrication() -> None:
+    report = verify(f"{VARGHESE}, does not exist.", "legal", kg=legal_kg())
+    claim = report.claims[0]
+    assert claim.verdict == "supported"
+    assert claim.evidence[0].kind == "fabrication"
+    assert "Mata v. Avianca" in (claim.evidence[0].source or "")
+    assert report.citations[0].resolution == "invalid" and report.citations[0].supports_claim is True
+
+
+def test_denial_cue_does_not_rescue_a_real_case_with_wrong_details() -> None:
+    # no fabrication record: the denial logic does not apply, the ordinary checks still run
+    assert case_verdicts("Brown v. Board of Education, 347 U.S. 483 (1955), is not made up.") == ["contradicted"]

@@ -4,34 +4,46 @@ Two layers, AND-ed into one packed bitmask per (decoding state, allowed set), ca
 
 1. Steering (token tries, GENRE-style; `knowledge_graphs.trie`). A mention starts when a token is
    the first word token of some entity encoding, at a word boundary. While the mention is live (on
-   the way to an allowed entity) and two or more tokens long, only tokens that continue toward an
-   allowed entity, or that close the mention (text starting with a word boundary, or EOS), are
-   allowed. One token in, only the continuations that lead to forbidden entities alone are blocked:
-   the mention may still be an ordinary word ("T" + "ake", " Met" + "al"). A dead end closes the
-   mention: steering lets go and the guard alone decides, since a dead prefix can only become
-   ordinary text (" i" + "s") or a forbidden name, which the guard stops. Outside a mention, a
-   token that by itself spells a complete forbidden name with no allowed continuation is blocked,
-   and so is a token that continues an open match and ends exactly on such a name ("Heli" + "um").
-   Closing is always offered: " The" (toward "Theophylline") is usually just a word.
+   the way to an allowed entity), a token that only lengthens the current word (no word boundary in
+   it) is blocked when the word is then a prefix of forbidden names alone, at least
+   MIN_DEAD_WORD_CHARS characters into one (" Met" + "op" toward a forbidden "Metoprolol"). A token
+   after which the word is no prefix of any constrained form ends the mention and is allowed ("JP" +
+   "Y": "JPY" is no name, whatever "JPN" is), and so is every token holding a word boundary ("U.S"
+   + "."): whether a name closes there is the guard's business. The mention's own live
+   continuations are always offered, even a single-token name the root rule would block (" Ohio" in
+   "Brandenburg v. Ohio"). Outside a mention, a token that by itself spells a complete forbidden
+   name with no allowed continuation is blocked, and so is a token that continues an open match and
+   ends exactly on such a name ("Heli" + "um"). Closing is always offered: " The" (toward
+   "Theophylline") is usually just a word.
 2. Guarantee (character guard; `knowledge_graphs.surface_guard`). Whatever the tokens, no token
-   and no EOS may complete a forbidden surface form at a word boundary in the normalised text.
+   and no EOS may leave a forbidden surface form linked in the normalised text: closing one at a
+   word boundary is blocked unless a longer allowed name covers it, either closing at the same
+   boundary ("diabetes" in "type 2 diabetes") or still being written ("Nicotine" in "Nicotine
+   dependence", "Heart failure" in "Heart failure, NYHA class III or IV"). In the second case the
+   text owes that longer name (an obligation, `surface_guard.advance_checked`): until an allowed
+   name covering it closes, only tokens on the way to one are allowed (with at most MAX_IDLE
+   boundary-only tokens in a row), and EOS is blocked.
 
 Guarantee: for any logits, exact alias linking of the generated text (`EntityLinker` restricted to
 the constrained types, with its default min_chars=MIN_FORM_CHARS=3: 1-2 character aliases such as
 "he" for Helium are neither linked nor constrained, else ordinary words would be forbidden) finds no mention whose
 entities are all outside the allowed set. It holds for any tokenisation of a name (non-canonical splits, merges across the space), any case mix,
 a mention started after punctuation or at the start of the output, names that are prefixes of
-other names, and names that are suffixes of longer allowed names ("diabetes" inside an allowed
-"type 2 diabetes").
+other names, names that are suffixes of longer allowed names ("diabetes" inside an allowed
+"type 2 diabetes"), and names that begin or sit inside longer allowed names being written.
 Limits:
 - The text must end by EOS (or a stop string starting with a non-alphanumeric character): a
   generation cut by max_tokens may end right on a forbidden name, e.g. one that an allowed name
   continues, or one spelt whole by a single non-canonical token.
-- An allowed multiword name that begins with a complete forbidden name followed by a word boundary
-  ("Aspirin Plus" when "Aspirin" is forbidden) cannot be written: the guard is conservative there.
-- Longest-match chains: if an allowed name A ends with a forbidden name F, and a longer allowed name
-  overlaps A's beginning but not F, the linker keeps the longer name, drops A and reports F; the
-  guard does not model this chain.
+- A forbidden name let through on an obligation forces the text on toward the longer allowed name:
+  a model that meant "Nicotine." as a sentence end must go on with "dependence" (or punctuation,
+  MAX_IDLE tokens at most). Such a text cut by max_tokens before the longer name is complete
+  leaves the forbidden name linked (the EOS limit above).
+- A forbidden name that starts inside one token (after a boundary in it) and closes inside the same
+  token is blocked even when a longer allowed name would cover it (static, conservative check).
+- Longest-match chains: if an allowed name A covers a forbidden name F, and a longer allowed name
+  overlaps A but not F, the linker keeps the longer name, drops A and reports F; the guard does
+  not model this chain.
 - A non-ASCII character split over several byte-level tokens is seen by the mask of the token that
   completes it as a boundary; the state after it is exact, so a forbidden name is still caught when
   it closes, unless the completing token itself also holds the rest of the name and a boundary.

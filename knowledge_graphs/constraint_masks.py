@@ -29,8 +29,8 @@ from knowledge_graphs.surface_guard import (
     NameTrie,
     SurfaceGuard,
     advance,
-    advance_folded,
-    final_group,
+    advance_checked,
+    end_violates,
     fold,
 )
 from knowledge_graphs.trie import ROOT, EncodingIndex, TokenTrie, encode_forms
@@ -89,6 +89,7 @@ class DomainMasks:
         self.name_trie = NameTrie(forms)
         self.guard = SurfaceGuard(self.name_trie, token_texts)
         folded = [fold(t) for t in token_texts]
+        self.token_folded = folded
         self.has_word_chars = [f.strip() != "" for f in folded]
         self.index = EncodingIndex(encode_forms(tokenizer, forms_by_entity, self.has_word_chars))
         # A token that begins with a word boundary can close a mention (or start a new one anywhere).
@@ -129,15 +130,17 @@ class AllowedView:
         self._transitions: dict[tuple[DecodeState, int], DecodeState] = {}   # memo of next_state
 
     def _live_nodes(self) -> frozenset[int]:
-        """Trie nodes whose text does not complete a forbidden name on the way ("Aspirin" + " Plus"
-        when only "Aspirin Plus" is allowed): the guard would block them, so steering must not lead there."""
+        """Trie nodes whose text does not leave a forbidden name linked on the way (per
+        `advance_checked`: "Nicotine" + " dependence" is fine when "Nicotine dependence" is allowed):
+        the guard would block them, so steering must not lead there."""
         live: set[int] = set()
         stack = [(ROOT, GuardState())]
         while stack:
             node, guard = stack.pop()
             for token_id, child in self.trie.children[node].items():
-                after, closed = self.domain.advance_guard(guard, self.domain.token_texts[token_id])
-                if any(self.allowed_nodes.violates(group) for group in closed):
+                after, violated = advance_checked(self.domain.name_trie, guard, self.domain.token_folded[token_id],
+                                                  self.allowed_nodes)
+                if violated:
                     continue
                 live.add(child)
                 stack.append((child, after))
@@ -159,7 +162,7 @@ class AllowedView:
         return self._next_state(state, token_id, folded)
 
     def _next_state(self, state: DecodeState, token_id: int, folded: str) -> DecodeState:
-        guard, _ = advance_folded(self.domain.name_trie, state.guard, folded)
+        guard, _ = advance_checked(self.domain.name_trie, state.guard, folded, self.allowed_nodes)
         node: int | None = None
         if state.trie_node is not None:
             node = self.trie.step(state.trie_node, token_id)
@@ -189,7 +192,7 @@ class AllowedView:
         more = self.domain.guard.continuation_blocked(guard, self.allowed_nodes)
         if more is not None:
             blocked |= more
-        if self.allowed_nodes.violates(final_group(self.domain.name_trie, guard)):
+        if end_violates(self.domain.name_trie, guard, self.allowed_nodes):
             blocked |= self.domain.eos  # ending the text here would close a forbidden name
         return ~blocked
 

@@ -9,13 +9,19 @@ tokens, in which case it was written, or which punctuation surrounds it:
 - `GuardState` is the set of trie nodes matched by the text's tail (each a match that began at a
   word boundary) plus whether the tail ends at a boundary.
 - A match *closes* when a boundary character (or the end of the text) follows it. Closing a node
-  whose entities are all forbidden is a violation, unless a longer allowed name closes at the same
-  boundary (it is a suffix of that name: "diabetes" in "type 2 diabetes", which the linker's
-  longest-match rule reports as the longer name).
+  whose entities are all forbidden is a violation, unless a longer allowed name covers it, as the
+  linker's longest-match rule then reports the longer name: one closing at the same boundary (a
+  suffix: "diabetes" in "type 2 diabetes"), or one still open that began at or before it and goes
+  on past the boundary toward an allowed name ("Nicotine" in "Nicotine dependence"). The latter is
+  an obligation carried in `GuardState.carriers` (`advance_checked`): from then on every character
+  must keep one of those matches on the way to an allowed name until one closes on it, EOS is
+  blocked meanwhile, and at most MAX_IDLE tokens in a row may add nothing but boundary characters.
+  These checks depend on the allowed set, so a `GuardState` belongs to one `AllowedNodes`.
 
 Steering on top (not needed for the guarantee): a token that continues an open match and ends
 exactly on a complete forbidden name that no allowed name continues is blocked too ("Heli" + "um"),
-so the model is not left with a name it can never close.
+so the model is not left with a name it can never close; and `dead_word_blocked` gives the token
+steering (constraint_masks) the tokens that lengthen a word into a prefix of forbidden names only.
 
 Masks for a state are computed for the whole vocabulary at once: tokens are sorted by their
 normalised text, so "every token that starts with `prefix`" is one contiguous range, and a
@@ -32,11 +38,13 @@ from dataclasses import dataclass
 import torch
 
 SPACE = " "
+MAX_IDLE = 1   # boundary-only tokens in a row allowed while an obligation is pending (after the one that opened it)
+# Steering blocks a dead word (a prefix of forbidden names only) from this many characters on:
+# shorter prefixes are too often ordinary text ("E16" in an ICD-10 code vs "e16 membrane protein").
+MIN_DEAD_WORD_CHARS = 4
 _MAX_CHAR = "\U0010ffff"
 
 ClosingGroup = tuple[int, ...]   # trie nodes (terminals) that close at the same boundary
-WalkRecord = tuple[int, int, tuple[int, ...], int]   # (lo, hi, nodes, kind) over sorted token positions
-CLOSES, OPEN_NAME, OPEN_WORD = 0, 1, 2               # WalkRecord kinds (see SurfaceGuard._walk)
 
 
 def fold(text: str) -> str:
@@ -118,6 +126,11 @@ class NameTrie:
 class GuardState:
     nodes: frozenset[int] = frozenset()
     boundary: bool = True   # the tail ends at a word boundary (or nothing was generated yet)
+    # A pending obligation (see `advance_checked`): the open matches, a subset of `nodes`, of which
+    # one must close on an allowed name, as it would cover forbidden names already closed inside
+    # it. None: nothing pending. Only states built by `advance_checked` (one allowed set) have one.
+    carriers: frozenset[int] | None = None
+    idle: int = 0   # tokens in a row, while an obligation is pending, that added no letter or digit
 
 
 def advance(trie: NameTrie, state: GuardState, text: str) -> tuple[GuardState, list[ClosingGroup]]:
@@ -154,6 +167,67 @@ def final_group(trie: NameTrie, state: GuardState) -> ClosingGroup:
     return tuple(n for n in state.nodes if n in trie.entities)
 
 
+def advance_checked(trie: NameTrie, state: GuardState, folded: str, allowed: AllowedNodes,
+                    ) -> tuple[GuardState, bool]:
+    """`advance_folded` for one allowed set, with the linker's longest-match rule for names that
+    are prefixes (or inner parts) of longer allowed names: returns (new state, violated).
+
+    A forbidden name F that closes at a boundary is not a violation if an open match N that began
+    at or before F (F itself, or a deeper one) continues past the boundary toward an allowed name: the text
+    may still become that longer allowed name L, which the linker prefers (longest first) and
+    which then covers F ("Nicotine" in "Nicotine dependence", "Heart failure" in "Heart failure,
+    NYHA class III or IV"). The continuations of such N become the state's carriers; from then on
+    the text must close one of them on an allowed name: a character (or the end of the text) after
+    which no carrier is still on the way to an allowed name is a violation. A new forbidden closing
+    while an obligation is pending must be covered by the same carriers (one name covering all)."""
+    nodes = list(state.nodes)
+    boundary = state.boundary
+    carriers = None if state.carriers is None else set(state.carriers)
+    child = trie.child
+    live = allowed.live
+    depth = trie.depth
+    for ch in folded:
+        if ch == SPACE:
+            if boundary:
+                continue
+            group = [n for n in nodes if n in trie.entities]
+            if carriers is not None and any(n in carriers and n in allowed.nodes for n in group):
+                carriers = None   # an allowed name closed over the pending forbidden ones
+            bad = allowed.forbidden_closing(group)
+            pool = nodes if carriers is None else carriers
+            if bad:
+                need = max(depth[n] for n in bad)
+                pool = [n for n in pool if depth[n] >= need]
+            if bad or carriers is not None:
+                carriers = {c for n in pool if (c := child(n, SPACE)) >= 0 and c in live}
+                if not carriers:
+                    return GuardState(frozenset(), True), True
+            nodes = [c for n in nodes if (c := child(n, SPACE)) >= 0]
+            boundary = True
+            continue
+        nxt = [c for n in nodes if (c := child(n, ch)) >= 0]
+        if carriers is not None:
+            carriers = {c for n in carriers if (c := child(n, ch)) >= 0 and c in live}
+            if not carriers:
+                return GuardState(frozenset(), False), True
+        if boundary and (c := child(0, ch)) >= 0:
+            nxt.append(c)  # a new match may start right after a boundary
+        nodes = nxt
+        boundary = False
+    if carriers is None:
+        return GuardState(frozenset(nodes), boundary), False
+    idle = state.idle + 1 if state.carriers is not None and not folded.strip() else 0
+    return GuardState(frozenset(nodes), boundary, frozenset(carriers), idle), False
+
+
+def end_violates(trie: NameTrie, state: GuardState, allowed: AllowedNodes) -> bool:
+    """True if ending the text here (EOS) would leave a forbidden name linked."""
+    group = final_group(trie, state)
+    if state.carriers is not None and not any(n in state.carriers and n in allowed.nodes for n in group):
+        return True
+    return bool(allowed.forbidden_closing(list(group)))
+
+
 class AllowedNodes:
     """Which terminal nodes carry an allowed entity, for one allowed set."""
 
@@ -165,6 +239,7 @@ class AllowedNodes:
             self.tensor[torch.tensor(sorted(self.nodes))] = True
         # nodes with an allowed name at or below them: a match there may still become allowed
         self.live: set[int] = set()
+        self.walks: dict[GuardState, tuple[list[tuple[int, int]], list[tuple[int, int]]]] = {}   # SurfaceGuard._walk memo
         for node in self.nodes:
             while node > 0 and node not in self.live:
                 self.live.add(node)
@@ -181,6 +256,13 @@ class AllowedNodes:
                 continue
             return True
         return False
+
+    def forbidden_closing(self, group: Sequence[int]) -> list[int]:
+        """The forbidden names in `group` (matches closing at one boundary) that are not the suffix
+        of a longer allowed name closing there too."""
+        depth = self.trie.depth
+        return [node for node in group if node not in self.nodes
+                and not any(other in self.nodes and depth[other] > depth[node] for other in group)]
 
     def violates(self, group: ClosingGroup) -> bool:
         """True if some forbidden name in `group` is not the suffix of a longer allowed one."""
@@ -229,7 +311,6 @@ class SurfaceGuard:
             self._single_tok[boundary] = torch.tensor(single_tok, dtype=torch.long)
             self._single_node[boundary] = torch.tensor(single_node, dtype=torch.long)
             self._multi[boundary] = multi
-        self._walks: dict[tuple[frozenset[int], bool], list[WalkRecord]] = {}
 
     def static_blocked(self, boundary: bool, allowed: AllowedNodes) -> torch.Tensor:
         """bool [vocab]: tokens that close a forbidden name inside themselves."""
@@ -245,13 +326,10 @@ class SurfaceGuard:
 
     def continuation_blocked(self, state: GuardState, allowed: AllowedNodes) -> torch.Tensor | None:
         """bool [vocab]: tokens whose text, continuing the state's open matches, closes a forbidden
-        name (None when nothing is blocked)."""
-        records = self._records(state)
-        if records is None:
-            return None
-        bad = [(lo, hi) for lo, hi, group, kind in records
-               if (allowed.violates(group) if kind == CLOSES else kind == OPEN_NAME and allowed.dead_end(group))]
-        return self._ranges_blocked(state.boundary, bad)
+        name that no carrier covers, or leaves a pending obligation unmet (see `advance_checked`);
+        plus the steering dead ends ("Heli" + "um"). None when nothing is blocked."""
+        guard_bad, _ = self._checked(state, allowed)
+        return self._ranges_blocked(state.boundary, guard_bad)
 
     def dead_word_blocked(self, state: GuardState, allowed: AllowedNodes) -> torch.Tensor | None:
         """Steering, not the guarantee: bool [vocab], tokens that only lengthen the current word
@@ -259,24 +337,18 @@ class SurfaceGuard:
         after the token has no allowed name at or below it). A token after which the word is no
         prefix of any constrained form at all ("JP" + "Y") is not blocked: the mention is over.
         None when nothing is blocked."""
-        records = self._records(state)
-        if records is None:
-            return None
-        live = allowed.live
-        bad = [(lo, hi) for lo, hi, group, kind in records
-               if kind == OPEN_WORD and not any(n in live for n in group)]
-        return self._ranges_blocked(state.boundary, bad)
+        _, word_dead = self._checked(state, allowed)
+        return self._ranges_blocked(state.boundary, word_dead)
 
-    def _records(self, state: GuardState) -> list[WalkRecord] | None:
+    def _checked(self, state: GuardState, allowed: AllowedNodes) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         if not state.nodes:
-            return None
-        key = (state.nodes, state.boundary)
-        records = self._walks.get(key)
-        if records is None:
-            if len(self._walks) > 100_000:
-                self._walks.clear()
-            records = self._walks[key] = self._walk(tuple(state.nodes), state.boundary)
-        return records
+            return [], []
+        found = allowed.walks.get(state)
+        if found is None:
+            if len(allowed.walks) > 50_000:
+                allowed.walks.clear()
+            found = allowed.walks[state] = self._walk(state, allowed)
+        return found
 
     def _ranges_blocked(self, boundary: bool, bad: list[tuple[int, int]]) -> torch.Tensor | None:
         if not bad:
@@ -290,21 +362,25 @@ class SurfaceGuard:
         blocked[self._perm[boundary]] = blocked_sorted
         return blocked
 
-    def _walk(self, start: tuple[int, ...], boundary: bool) -> list[WalkRecord]:
-        """(lo, hi, group, kind): tokens at sorted positions [lo, hi) close `group` (terminals of
-        `start`'s continuations; kind CLOSES), end with `group` open and holding a complete name
-        (kind OPEN_NAME), or end with `group` open without having passed a word boundary (kind
-        OPEN_WORD: the token only lengthened the current word; used by steering).
-        Depth-first over trie nodes and token prefixes together."""
-        strings = self._sorted[boundary]
+    def _walk(self, state: GuardState, allowed: AllowedNodes) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """(guard ranges, dead-word ranges) over sorted token positions, for one allowed set: the
+        `advance_checked` rules applied to every token at once. Depth-first over trie nodes and
+        token prefixes together; a token that leaves the trie with no obligation pending ends the
+        mention and is never visited."""
+        strings = self._sorted[state.boundary]
         trie = self.trie
-        records: list[WalkRecord] = []
-        stack: list[tuple[tuple[int, ...], str, int, int, bool]] = [(start, "", 0, len(strings), False)]
+        live = allowed.live
+        depth = trie.depth
+        guard_bad: list[tuple[int, int]] = []
+        word_dead: list[tuple[int, int]] = []
+        stack: list[tuple[tuple[int, ...], frozenset[int] | None, str, int, int, bool]] = [
+            (tuple(state.nodes), state.carriers, "", 0, len(strings), False)]
         while stack:
-            nodes, prefix, lo, hi, spaced = stack.pop()
+            nodes, carriers, prefix, lo, hi, spaced = stack.pop()
             chars = {SPACE}
             for node in nodes:
                 chars.update(trie.child_chars(node))
+            covered: list[tuple[int, int]] = []     # subranges handled per next character
             for ch in chars:
                 extended = prefix + ch
                 a = bisect.bisect_left(strings, extended, lo, hi)
@@ -312,18 +388,54 @@ class SurfaceGuard:
                 if a == b:
                     continue
                 if ch == SPACE:
-                    group = tuple(n for n in nodes if n in self.trie.entities)
-                    if group:
-                        records.append((a, b, group, CLOSES))
+                    covered.append((a, b))
+                    group = [n for n in nodes if n in trie.entities]
+                    pending = carriers
+                    if pending is not None and any(n in pending and n in allowed.nodes for n in group):
+                        pending = None
+                    bad = allowed.forbidden_closing(group)
+                    pool: Iterable[int] = nodes if pending is None else pending
+                    if bad:
+                        need = max(depth[n] for n in bad)
+                        pool = [n for n in pool if depth[n] >= need]
+                    if bad or pending is not None:
+                        pending = frozenset(c for n in pool if (c := trie.child(n, SPACE)) >= 0 and c in live)
+                        if not pending:
+                            guard_bad.append((a, b))
+                            continue
+                    nxt = tuple(c for n in nodes if (c := trie.child(n, SPACE)) >= 0)
+                    if nxt:
+                        stack.append((nxt, pending, extended, a, b, True))
+                    continue
+                next_carriers = carriers
+                if carriers is not None:
+                    next_carriers = frozenset(c for n in carriers if (c := trie.child(n, ch)) >= 0 and c in live)
+                    if not next_carriers:
+                        continue    # blocked below, with every other way out of the carriers
+                covered.append((a, b))
                 nxt = tuple(c for n in nodes if (c := trie.child(n, ch)) >= 0)
-                if nxt:
-                    word = not spaced and ch != SPACE
-                    if word or any(n in trie.entities for n in nxt):
-                        exact_end = bisect.bisect_right(strings, extended, a, b)   # tokens == extended
-                        if exact_end > a:
-                            if ch != SPACE and any(n in trie.entities for n in nxt):
-                                records.append((a, exact_end, nxt, OPEN_NAME))
-                            if word:
-                                records.append((a, exact_end, nxt, OPEN_WORD))
-                    stack.append((nxt, extended, a, b, spaced or ch == SPACE))
-        return records
+                exact_end = bisect.bisect_right(strings, extended, a, b)   # tokens == extended
+                if exact_end > a:
+                    if any(n in trie.entities for n in nxt) and next_carriers is None and allowed.dead_end(nxt):
+                        guard_bad.append((a, exact_end))
+                    elif (not spaced and not any(n in live for n in nxt)
+                          and max(depth[n] for n in nxt) >= MIN_DEAD_WORD_CHARS):
+                        word_dead.append((a, exact_end))
+                stack.append((nxt, next_carriers, extended, a, b, spaced))
+            if carriers is not None:
+                # an obligation is pending: a token that goes on past `prefix` by a character no
+                # carrier (nor a boundary) continues leaves the forbidden names it covers exposed
+                start = bisect.bisect_right(strings, prefix, lo, hi)   # tokens == prefix end here: fine,
+                if not prefix and state.boundary and state.idle >= MAX_IDLE:
+                    # except at the start, after a boundary: tokens that add nothing but boundary
+                    # characters make no progress; one more after the token that opened the
+                    # obligation is punctuation and spacing ("failure" + "," + " " + "NYHA"), more
+                    # would let the obligation hang on ("Nicotine." + "," + "," ...)
+                    start = lo
+                for a, b in sorted(covered):
+                    if a > start:
+                        guard_bad.append((start, a))
+                    start = max(start, b)
+                if start < hi:
+                    guard_bad.append((start, hi))
+        return guard_bad, word_dead

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from tokenizers import Tokenizer
 
 from engine.kernels.bitmask import apply_token_bitmask_torch, pack_bool_mask
 from engine.sampling_params import InvalidRequestError, SamplingParams
-from knowledge_graphs.constraint import KGConstraintError, KGConstraintProcessor, allowed_entities
 from knowledge_graphs import constraint_masks
+from knowledge_graphs.constraint import KGConstraintError, KGConstraintProcessor, allowed_entities
 from knowledge_graphs.constraint_masks import pack_allowed
 from knowledge_graphs.linking import EntityLinker
 from knowledge_graphs.model import Entity, KnowledgeGraph
+from knowledge_graphs.surface_guard import MIN_DEAD_WORD_CHARS
 from tests.knowledge_graphs.conftest import SRC, byte_level_bpe
 from tests.knowledge_graphs.decode_sim import decode_loop, eos_id
 
@@ -111,6 +114,10 @@ def test_a_mention_heading_for_a_forbidden_entity_is_steered_and_recorded(tokeni
              for a in sorted(names) for f in sorted(names) if a != f and not names[a].startswith(names[f])]
     # the shared tokens must reach into the name itself, not just a bare space piece
     pairs = [p for p in pairs if tokenizer.decode(encode(names[p[1]])[: p[0]]).strip() != "Take"]
+    # steering blocks a dead word from MIN_DEAD_WORD_CHARS characters on ("As" toward Aspirin is
+    # still ordinary text): the forbidden continuation must reach that far
+    pairs = [p for p in pairs
+             if len(tokenizer.decode(encode(names[p[2]])[: p[0] + 1]).strip()) - len("Take ") >= MIN_DEAD_WORD_CHARS]
     shared, allowed_id, forbidden_id = max(pairs)
     assert shared > context
     toward_allowed, toward_forbidden = encode(names[allowed_id]), encode(names[forbidden_id])
@@ -247,3 +254,53 @@ def test_a_forbidden_name_with_a_character_split_over_byte_tokens_is_blocked() -
     result = decode_loop(processor, tokenizer, logits_fn, allowed=["drug:metformin"], steps=len(plan))
     assert result.finish_reason == "stop"
     assert linker.link(result.text) == []
+
+
+# -- ordinary words and citations stay writable ---------------------------------------------------
+def test_words_that_leave_the_name_index_are_not_steered(tokenizer: Tokenizer, kg: KnowledgeGraph) -> None:
+    """A word that starts like a name ("Met...") but is no prefix of any name ("metals", "Metro",
+    "metadata") ends the mention: steering lets it through."""
+    processor = _processor(tokenizer, kg)
+    text = "Take Metformin. Metro estate metadata: the metals meet the standard of care."
+    plan, logits_fn = _follow(tokenizer, text)
+    result = decode_loop(processor, tokenizer, logits_fn, allowed=["drug:metformin"], steps=len(plan))
+    assert result.finish_reason == "stop"
+    assert result.text == tokenizer.decode(plan)
+
+
+BUNDLED_TOKENIZER = Path(__file__).resolve().parents[2] / "auditor" / "bundled_model" / "tokenizer.json"
+
+
+@pytest.mark.skipif(not BUNDLED_TOKENIZER.exists(), reason="bundled model tokenizer not present")
+@pytest.mark.parametrize("anchors, text", [
+    (["case:brandenburg-v-ohio"], "Brandenburg v. Ohio, 395 U.S. 444 (1969) (United States Reports)."),
+    (["statute:28-usc-1331"], "28 U.S.C. § 1331 gives district courts federal question jurisdiction (28 U.S.C. 1331)."),
+    (["fabricated:varghese-v-china-southern-airlines-co-ltd"],
+     "No. Varghese v. China Southern Airlines is fabricated; it is documented in Mata v. Avianca, Inc., "
+     "678 F. Supp. 3d 443 (S.D.N.Y. 2023)."),
+    (["fabricated:bourguignon-v-coordinated-behavioral-health-services"],
+     "No. It does not exist: it is documented in Park v. Kim, 91 F.4th 610 (2d Cir. 2024)."),
+])
+def test_legal_citations_are_written_unchanged(anchors: list[str], text: str) -> None:
+    """Real legal KG and the bundled model's tokenizer: case names holding state names, "NNN U.S. NNN"
+    citations, "U.S.C." and the decision that documented a fabricated citation all stay writable."""
+    from knowledge_graphs import load_kg
+
+    kg = load_kg("legal")
+    tokenizer = Tokenizer.from_file(str(BUNDLED_TOKENIZER))
+    eos = tokenizer.token_to_id("</s>") or 0
+    processor = KGConstraintProcessor(tokenizer, vocab_size=tokenizer.get_vocab_size(), eos_token_ids=[eos],
+                                      kgs={"legal": kg})
+    allowed = sorted(allowed_entities(kg, anchors))
+    plan = tokenizer.encode(text, add_special_tokens=False).ids
+    params = _params(allowed, domain="legal")
+    processor.validate_params(params)
+    assert processor.add_request("r", params, [], [])
+    for token_id in plan:
+        logits = torch.zeros(1, processor.vocab_size)
+        processor.apply(logits, ["r"])
+        assert torch.isfinite(logits[0, token_id]), (tokenizer.decode(plan[: plan.index(token_id) + 1]), allowed)
+        processor.accept_token("r", token_id)
+    logits = torch.zeros(1, processor.vocab_size)
+    processor.apply(logits, ["r"])
+    assert torch.isfinite(logits[0, eos])

@@ -18,9 +18,9 @@ from tokenizers import Tokenizer
 
 from knowledge_graphs.constraint import KGConstraintProcessor
 from knowledge_graphs.linking import EntityLinker
-from knowledge_graphs.model import KnowledgeGraph
+from knowledge_graphs.model import Entity, KnowledgeGraph
 from knowledge_graphs.trie import surface_variants
-from tests.knowledge_graphs.conftest import ENTITIES
+from tests.knowledge_graphs.conftest import ENTITIES, SRC
 from tests.knowledge_graphs.decode_sim import decode_loop, eos_id
 
 CONSTRAINED = sorted(e.id for e in ENTITIES if e.type in ("drug", "condition"))
@@ -126,3 +126,97 @@ def test_the_adversary_does_produce_forbidden_names_without_the_constraint(
     result = decode_loop(None, tokenizer, logits_fn, steps=len(plan))
     found = {m.entity_id for m in linker.link(result.text)}
     assert {"drug:metoprolol", "condition:t2d", "condition:diabetes", "drug:estra"} <= found
+
+
+# -- forbidden names inside longer allowed names ----------------------------------------------------
+# The linker keeps the longest match, so a forbidden name written as the beginning (or an inner part)
+# of a longer allowed name is not a violation, as long as the longer name is completed. The guard
+# lets such a name through on that obligation and blocks whatever would leave it unmet.
+NESTED = [
+    Entity("drug:nicotine", "drug", "Nicotine", provenance=SRC),
+    Entity("condition:nicotine-dependence", "condition", "Nicotine dependence", ["nicotine dependence, cigarettes"],
+           provenance=SRC),
+    Entity("condition:hf", "condition", "Heart failure", provenance=SRC),
+    Entity("condition:hf-nyha", "condition", "Heart failure, NYHA class III or IV", provenance=SRC),
+    Entity("condition:nyha", "condition", "NYHA class III", provenance=SRC),
+    Entity("drug:metformin", "drug", "Metformin", provenance=SRC),
+]
+NESTED_IDS = [e.id for e in NESTED]
+# plans that start like an allowed long name and then leave it, or write it whole
+NESTED_TEXTS = [
+    "Nicotine dependence", "Nicotine dependency", "Nicotine depend", "nicotine dependence, cigarettes",
+    "Nicotine dependence, cigars", "Nicotine", "Heart failure, NYHA class III or IV", "Heart failure, NYHA class III",
+    "Heart failure, NYHA class IV", "heart failure NYHA", "NYHA class III or IV", "Heart failure, NYHA class III or V",
+]
+
+
+@pytest.fixture(scope="module")
+def nested_kg() -> KnowledgeGraph:
+    return KnowledgeGraph("medical", NESTED, [], data_version="test-nested")
+
+
+@pytest.fixture(scope="module")
+def nested_processor(tokenizer: Tokenizer, nested_kg: KnowledgeGraph) -> KGConstraintProcessor:
+    return KGConstraintProcessor(tokenizer, vocab_size=tokenizer.get_vocab_size(),
+                                 eos_token_ids=[eos_id(tokenizer)], kgs={"medical": nested_kg})
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    allowed_mask=st.lists(st.booleans(), min_size=len(NESTED_IDS), max_size=len(NESTED_IDS)),
+    text_index=st.integers(0, len(NESTED_TEXTS) - 1),
+    case_style=st.integers(0, 3),
+    prefix=st.sampled_from(PREFIXES),
+    suffix=st.sampled_from(SUFFIXES),
+    split_mode=st.integers(0, 2),
+    seed=st.integers(0, 2**16),
+)
+def test_forbidden_names_inside_longer_allowed_names_never_come_out_alone(
+    nested_processor: KGConstraintProcessor, tokenizer: Tokenizer, nested_kg: KnowledgeGraph,
+    allowed_mask: list[bool], text_index: int, case_style: int, prefix: str, suffix: str, split_mode: int, seed: int,
+) -> None:
+    allowed = {entity_id for entity_id, keep in zip(NESTED_IDS, allowed_mask, strict=True) if keep}
+    rng = random.Random(seed)
+    form = _case(NESTED_TEXTS[text_index], case_style, rng)
+    text = f"{prefix}{form}{suffix} and {form}"
+    plan = _plan(tokenizer, text, split_mode, rng)
+    vocab = tokenizer.get_vocab_size()
+    pieces = {i for v in surface_variants(form) for i in tokenizer.encode(v, add_special_tokens=False).ids}
+    second_tier = torch.zeros(vocab)
+    second_tier[list(pieces)] = 20.0
+    noise = torch.randn(len(plan) + 60, vocab, generator=torch.Generator().manual_seed(seed))
+
+    def logits_fn(ids: list[int]) -> torch.Tensor:
+        logits = noise[len(ids)] + second_tier
+        if len(ids) < len(plan):
+            logits = logits.clone()
+            logits[plan[len(ids)]] += 50.0
+        return logits
+
+    # a forbidden name written on an obligation can only end once the longer allowed name is
+    # complete: leave room for it (one token per character in the worst case)
+    result = decode_loop(nested_processor, tokenizer, logits_fn, allowed=sorted(allowed), steps=len(plan) + 6,
+                         finish_steps=48)
+    assert result.finish_reason == "stop", (result.text, allowed)
+    linker = EntityLinker(nested_kg, types={"drug", "condition"})
+    assert _forbidden_mentions(linker, result.text, allowed) == [], (result.text, allowed)
+
+
+@pytest.mark.parametrize("text, allowed", [
+    ("Quit: Nicotine dependence.", ["condition:nicotine-dependence"]),
+    ("Contraindicated in Heart failure, NYHA class III or IV (section 4).", ["condition:hf-nyha"]),
+])
+def test_an_allowed_name_that_begins_with_a_forbidden_one_is_written_unchanged(
+    nested_processor: KGConstraintProcessor, tokenizer: Tokenizer, text: str, allowed: list[str],
+) -> None:
+    plan = tokenizer.encode(text, add_special_tokens=False).ids
+
+    def logits_fn(ids: list[int]) -> torch.Tensor:
+        logits = torch.zeros(tokenizer.get_vocab_size())
+        if len(ids) < len(plan):
+            logits[plan[len(ids)]] = 50.0
+        return logits
+
+    result = decode_loop(nested_processor, tokenizer, logits_fn, allowed=allowed, steps=len(plan))
+    assert result.finish_reason == "stop"
+    assert result.text == tokenizer.decode(plan)

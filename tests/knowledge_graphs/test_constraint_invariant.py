@@ -92,18 +92,7 @@ def test_adversarial_logits_never_produce_a_forbidden_entity(
     form = _case(target.surface_forms[form_index % len(target.surface_forms)], case_style, rng)
     text = f"{prefix}{form}{suffix} and {form}"
     plan = _plan(tokenizer, text, split_mode, rng)
-    vocab = tokenizer.get_vocab_size()
-    pieces = {i for v in surface_variants(form) for i in tokenizer.encode(v, add_special_tokens=False).ids}
-    second_tier = torch.zeros(vocab)
-    second_tier[list(pieces)] = 20.0
-    noise = torch.randn(len(plan) + 40, vocab, generator=torch.Generator().manual_seed(seed))
-
-    def logits_fn(ids: list[int]) -> torch.Tensor:
-        logits = noise[len(ids)] + second_tier
-        if len(ids) < len(plan):
-            logits = logits.clone()
-            logits[plan[len(ids)]] += 50.0
-        return logits
+    logits_fn = _adversarial_logits(tokenizer, form, plan, seed, extra_steps=40)
 
     result = decode_loop(processor, tokenizer, logits_fn, allowed=sorted(allowed), steps=len(plan) + 6)
     assert result.finish_reason == "stop", result
@@ -180,18 +169,7 @@ def test_forbidden_names_inside_longer_allowed_names_never_come_out_alone(
     form = _case(NESTED_TEXTS[text_index], case_style, rng)
     text = f"{prefix}{form}{suffix} and {form}"
     plan = _plan(tokenizer, text, split_mode, rng)
-    vocab = tokenizer.get_vocab_size()
-    pieces = {i for v in surface_variants(form) for i in tokenizer.encode(v, add_special_tokens=False).ids}
-    second_tier = torch.zeros(vocab)
-    second_tier[list(pieces)] = 20.0
-    noise = torch.randn(len(plan) + 60, vocab, generator=torch.Generator().manual_seed(seed))
-
-    def logits_fn(ids: list[int]) -> torch.Tensor:
-        logits = noise[len(ids)] + second_tier
-        if len(ids) < len(plan):
-            logits = logits.clone()
-            logits[plan[len(ids)]] += 50.0
-        return logits
+    logits_fn = _adversarial_logits(tokenizer, form, plan, seed, extra_steps=60)
 
     # a forbidden name written on an obligation can only end once the longer allowed name is
     # complete: leave room for it (one token per character in the worst case)
@@ -220,3 +198,22 @@ def test_an_allowed_name_that_begins_with_a_forbidden_one_is_written_unchanged(
     result = decode_loop(nested_processor, tokenizer, logits_fn, allowed=allowed, steps=len(plan))
     assert result.finish_reason == "stop"
     assert result.text == tokenizer.decode(plan)
+
+
+def _adversarial_logits(tokenizer: Tokenizer, form: str, plan: list[int], seed: int, *, extra_steps: int):
+    """Logits that follow `plan` (spelling the target name) and, once off plan, still prefer every
+    token of the name's surface variants over anything else: the adversary never gives up."""
+    vocab = tokenizer.get_vocab_size()
+    pieces = {i for v in surface_variants(form) for i in tokenizer.encode(v, add_special_tokens=False).ids}
+    second_tier = torch.zeros(vocab)
+    second_tier[list(pieces)] = 20.0
+    noise = torch.randn(len(plan) + extra_steps, vocab, generator=torch.Generator().manual_seed(seed))
+
+    def logits_fn(ids: list[int]) -> torch.Tensor:
+        logits = noise[len(ids)] + second_tier
+        if len(ids) < len(plan):
+            logits = logits.clone()
+            logits[plan[len(ids)]] += 50.0
+        return logits
+
+    return logits_fn

@@ -32,9 +32,16 @@ class Database:
         self.sessionmaker = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager
-    def session(self) -> Iterator[Session]:
-        """A session whose transaction commits on success and rolls back on error."""
+    def session(self, *, write: bool = False) -> Iterator[Session]:
+        """A session whose transaction commits on success and rolls back on error.
+
+        `write=True` for a session that reads and then writes (e.g. a read of the trail that logs
+        itself): on SQLite it takes the write lock at BEGIN, because a WAL read transaction that
+        later writes fails at once with "database is locked" if another writer committed in between
+        (the busy timeout does not apply to that case)."""
         with self.sessionmaker() as session, session.begin():
+            if write and self.is_sqlite:
+                session.connection(execution_options={_IMMEDIATE: True})
             yield session
 
     @contextmanager

@@ -25,7 +25,6 @@ from auditor.db import Database
 from auditor.gate.pii import redact_pii
 from auditor.jobs_models import ImportBatch, ImportedOutput
 from auditor.models import utcnow
-from auditor.scoring import write_session
 from auditor.settings import Settings
 
 APPEND_BATCH = 200
@@ -148,7 +147,7 @@ def import_lines(database: Database, lines: list[str], *, settings: Settings, te
     if not valid:
         detail = f"; first problem: line {errors[0].line}: {errors[0].message}" if errors else ""
         raise ImportFailed(f"{filename}: no valid line to import{detail}")
-    with write_session(database) as session:
+    with database.session(write=True) as session:
         batch = ImportBatch(tenant=tenant, filename=filename[:512], sha256=sha256, strict=strict, lines=line_count,
                             imported=0, skipped=len(errors), status="importing", created_at=utcnow(),
                             errors=[{"line": e.line, "message": e.message} for e in errors])

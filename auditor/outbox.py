@@ -23,7 +23,7 @@ from auditor.audit_log import SCORING_TOPIC
 from auditor.db import Database
 from auditor.jobs_models import OutboxInflight
 from auditor.models import Evaluation, OutboxMessage, utcnow
-from auditor.scoring import Scored, write_session
+from auditor.scoring import Scored
 
 # publish(outbox_id, record_id): hand one scoring task to the queue; raises if the broker is unreachable.
 Publish = Callable[[int, str], None]
@@ -50,7 +50,7 @@ def _publish_new(database: Database, publish: Publish, batch_size: int, result: 
     # Claim first (commit the in-flight rows), publish after: a fast task must find its in-flight row
     # to acknowledge it, and other dispatchers must not claim the same rows meanwhile.
     now = utcnow()
-    with write_session(database) as session:
+    with database.session(write=True) as session:
         rows = session.execute(
             select(OutboxMessage.id, OutboxMessage.record_id)
             .where(OutboxMessage.dispatched_at.is_(None), OutboxMessage.topic == SCORING_TOPIC)
@@ -74,7 +74,7 @@ def _publish_new(database: Database, publish: Publish, batch_size: int, result: 
 
 
 def _unclaim(database: Database, ids: list[int]) -> None:
-    with write_session(database) as session:
+    with database.session(write=True) as session:
         session.execute(delete(OutboxInflight).where(OutboxInflight.outbox_id.in_(ids)))
         # `attempts` keeps counting the failed publish: it tells how often delivery was tried.
         session.execute(update(OutboxMessage).where(OutboxMessage.id.in_(ids)).values(dispatched_at=None))
@@ -84,7 +84,7 @@ def _redeliver_stale(database: Database, publish: Publish, batch_size: int, rede
                      result: DispatchResult) -> bool:
     now = utcnow()
     cutoff = now - timedelta(seconds=redeliver_after_s)
-    with write_session(database) as session:
+    with database.session(write=True) as session:
         rows = session.execute(
             select(OutboxInflight.outbox_id, OutboxMessage.record_id, OutboxInflight.dispatched_at)
             .join(OutboxMessage, OutboxMessage.id == OutboxInflight.outbox_id)
@@ -103,7 +103,7 @@ def _redeliver_stale(database: Database, publish: Publish, batch_size: int, rede
             publish(row.outbox_id, row.record_id)
         except Exception:
             # Still stale: put the old dispatch time back so the next pass tries again at once.
-            with write_session(database) as session:
+            with database.session(write=True) as session:
                 for stale in rows[rows.index(row):]:
                     session.execute(update(OutboxInflight).where(OutboxInflight.outbox_id == stale.outbox_id)
                                     .values(dispatched_at=stale.dispatched_at))

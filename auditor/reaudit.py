@@ -22,7 +22,6 @@ from auditor.models import AuditRecord, utcnow
 from auditor.reaudit_chunks import fail_pending_in_chunk, finalize_if_complete
 from auditor.reaudit_summary import build_summary
 from auditor.schemas import AuditFilters, RecordFilter
-from auditor.scoring import write_session
 from auditor.task_queue import TaskQueue
 
 logger = logging.getLogger("auditor.reaudit")
@@ -63,7 +62,7 @@ def create_job(
         raise ReauditError("give exactly one of a record filter or an import id")
     if not 1 <= chunk_size <= 10_000:
         raise ReauditError("chunk_size must be between 1 and 10000")
-    with write_session(database) as session:
+    with database.session(write=True) as session:
         record_ids = _select_records(session, tenant_scope=tenant_scope, filters=filters, import_id=import_id)
         job = ReauditJob(
             tenant=tenant, tenant_scope=tenant_scope, source="records" if filters is not None else "import",
@@ -137,7 +136,7 @@ def get_job(session: Session, job_id: str, *, tenant_scope: str | None) -> Reaud
 
 def cancel_job(database: Database, job_id: str, *, tenant_scope: str | None) -> None:
     """Stop handing out work; records already scored keep their evaluations. Idempotent."""
-    with write_session(database) as session:
+    with database.session(write=True) as session:
         job = get_job(session, job_id, tenant_scope=tenant_scope)
         if job.status == "done":
             raise ReauditConflict(f"re-audit job {job_id} has already finished")
@@ -147,7 +146,7 @@ def cancel_job(database: Database, job_id: str, *, tenant_scope: str | None) -> 
 
 def resume_job(database: Database, queue: TaskQueue, job_id: str, *, tenant_scope: str | None) -> int:
     """Continue a cancelled (or stalled) job from its pending items; returns the chunks enqueued."""
-    with write_session(database) as session:
+    with database.session(write=True) as session:
         job = get_job(session, job_id, tenant_scope=tenant_scope)
         if job.status == "done":
             raise ReauditConflict(f"re-audit job {job_id} has already finished")
@@ -191,7 +190,7 @@ def requeue_stalled(database: Database, queue: TaskQueue, *, stall_after_s: floa
                    ReauditChunk.heartbeat_at <= now - timedelta(seconds=stall_after_s))
     lost = and_(ReauditChunk.heartbeat_at.is_(None), ReauditChunk.enqueued_at <= now - timedelta(seconds=queued_after_s))
     sent = 0
-    with write_session(database) as session:
+    with database.session(write=True) as session:
         rows = session.execute(
             select(ReauditChunk.job_id, ReauditChunk.chunk, ReauditChunk.deliveries)
             .join(ReauditJob, ReauditJob.id == ReauditChunk.job_id)

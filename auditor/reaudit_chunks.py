@@ -30,7 +30,6 @@ from auditor.scoring import (
     record_failure,
     score_batch,
     score_record,
-    write_session,
 )
 
 logger = logging.getLogger("auditor.reaudit")
@@ -66,7 +65,7 @@ def run_chunk(database: Database, evaluator: Evaluator, *, job_id: str, chunk: i
     """Score the chunk's pending items, committing each batch with its evaluations; then finish the job if complete."""
     retry = retry or RecordRetry()
     progress = progress or ChunkProgress()
-    with write_session(database) as session:
+    with database.session(write=True) as session:
         job = session.get(ReauditJob, job_id)
         if job is None or job.status != "running":
             progress.cancelled = job is not None and job.status == "cancelled"
@@ -107,7 +106,7 @@ def run_chunk(database: Database, evaluator: Evaluator, *, job_id: str, chunk: i
         per_record_s = max((time.monotonic() - started) / len(batch), 1e-4)
         batch_size = max(1, min(retry.max_batch, int(retry.commit_every_s / per_record_s)))
     progress.current_record_id = None
-    with write_session(database) as session:
+    with database.session(write=True) as session:
         session.execute(update(ReauditChunk).where(ReauditChunk.job_id == job_id, ReauditChunk.chunk == chunk)
                         .values(finished_at=utcnow()))
     finalize_if_complete(database, job_id)
@@ -196,7 +195,7 @@ def finalize_if_complete(database: Database, job_id: str) -> bool:
         if job is None or job.status != "running" or _count(session, job_id, "pending") > 0:
             return False
         summary = build_summary(session, job)
-    with write_session(database) as session:
+    with database.session(write=True) as session:
         won = session.execute(
             update(ReauditJob).where(ReauditJob.id == job_id, ReauditJob.status == "running")
             .values(status="done", summary=summary, finished_at=utcnow())

@@ -10,8 +10,7 @@ written in one transaction, so "evaluated" and "marked done" can never disagree.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -133,14 +132,6 @@ class ScoreRequest:
     on_commit: list[CommitHook] = field(default_factory=list)
 
 
-@contextmanager
-def write_session(database: Database) -> Iterator[Session]:
-    """A session in a write transaction (BEGIN IMMEDIATE on SQLite, so concurrent writers queue)."""
-    with database.write_connection() as conn, Session(bind=conn, expire_on_commit=False) as session:
-        yield session
-        session.flush()
-
-
 def find_evaluation(session: Session, *, record_id: str, evaluator_version: str, job_id: str | None) -> Evaluation | None:
     job_match = Evaluation.job_id.is_(None) if job_id is None else Evaluation.job_id == job_id
     query = select(Evaluation).where(
@@ -191,7 +182,7 @@ def _insert(database: Database, request: ScoreRequest, evaluator_version: str, s
             *, failure_reason: str | None = None) -> Outcome:
     evaluation = _new_evaluation(request, evaluator_version, scored, failure_reason)
     try:
-        with write_session(database) as session:
+        with database.session(write=True) as session:
             session.add(evaluation)
             session.flush()   # the unique index fires here, before any hook runs
             for hook in request.on_commit:
@@ -203,7 +194,7 @@ def _insert(database: Database, request: ScoreRequest, evaluator_version: str, s
 
 
 def _acknowledge_existing(database: Database, request: ScoreRequest, evaluator_version: str) -> Outcome:
-    with write_session(database) as session:
+    with database.session(write=True) as session:
         evaluation = find_evaluation(session, record_id=request.record_id, evaluator_version=evaluator_version,
                                      job_id=request.job_id)
         if evaluation is None:
@@ -269,7 +260,7 @@ def score_batch(
             continue
         ready.append((request, _new_evaluation(request, evaluator.version, scored, failure), scored))
     try:
-        with write_session(database) as session:
+        with database.session(write=True) as session:
             session.add_all([evaluation for _, evaluation, _ in ready])
             session.flush()
             for request, evaluation, scored in ready:

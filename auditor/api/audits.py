@@ -45,7 +45,7 @@ def _logged_filters(filters: AuditFilters) -> dict[str, Any]:
 def list_audits(request: Request, filters: Annotated[AuditFilters, Query()],
                 principal: Annotated[Principal, Depends(_reader)]) -> AuditPage:
     _check_tenant_filter(principal, filters)
-    with get_services(request).database.session() as session:
+    with get_services(request).database.session(write=True) as session:
         try:
             rows, cursor = audit_log.list_records(session, filters, tenant_scope=principal.tenant_scope)
         except AuditQueryError as exc:
@@ -60,7 +60,7 @@ def verify_chain(request: Request, principal: Annotated[Principal, Depends(_read
     services = get_services(request)
     with services.database.engine.connect() as conn:
         report = chain.verify_chain(conn, services.settings.hmac_key.get_secret_value().encode())
-    with services.database.session() as session:
+    with services.database.session(write=True) as session:
         audit_log.log_access(session, key_id=principal.key_id, tenant=principal.tenant, role=principal.role,
                              action="verify", result_count=report.records_checked)
     return ChainReportOut.model_validate(report.to_dict())
@@ -73,7 +73,7 @@ def export_audits(request: Request, filters: Annotated[ExportFilters, Query()],
     if filters.cursor is not None:
         _check_cursor(filters.cursor)
     database = get_services(request).database
-    with database.session() as session:  # logged before the first byte: an export is a read even if cut short
+    with database.session(write=True) as session:  # logged before the first byte: an export is a read even if cut short
         audit_log.log_access(session, key_id=principal.key_id, tenant=principal.tenant, role=principal.role,
                              action="export", filters=_logged_filters(filters))
 
@@ -97,7 +97,7 @@ def _check_cursor(cursor: str) -> None:
 
 @router.get("/{audit_id}", response_model=AuditRecordOut)
 def show_audit(audit_id: str, request: Request, principal: Annotated[Principal, Depends(_reader)]) -> AuditRecordOut:
-    with get_services(request).database.session() as session:
+    with get_services(request).database.session(write=True) as session:
         row = audit_log.get_record(session, audit_id, tenant_scope=principal.tenant_scope)
         audit_log.log_access(session, key_id=principal.key_id, tenant=principal.tenant, role=principal.role,
                              action="show", target=audit_id[:64], result_count=0 if row is None else 1)

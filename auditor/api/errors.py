@@ -68,6 +68,6 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(SQLAlchemyError)
     async def _database_error(_request: Request, exc: SQLAlchemyError) -> JSONResponse:
-        logger.error("audit store error: %s", exc.__class__.__name__)
+        logger.error("audit store error: %s: %s", exc.__class__.__name__, str(exc).splitlines()[0][:300])
         error = audit_store_unavailable()
         return error_response(error.status_code, error.message, error.code)

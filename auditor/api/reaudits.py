@@ -20,7 +20,6 @@ from auditor import audit_log, reaudit, scoring
 from auditor.api.errors import ApiError
 from auditor.api.state import get_services
 from auditor.auth import Principal, authenticate, require_role
-from auditor.scoring import write_session
 from auditor.task_queue import TaskQueue
 from auditor.worker_settings import WorkerSettings
 
@@ -152,7 +151,7 @@ def _job_out(request: Request, job_id: str, principal: Principal, *, action: str
     if action is not None or out.summary is not None:
         # A write transaction of its own: on SQLite, upgrading the read above to a writer could hit
         # SQLITE_BUSY while workers commit evaluations.
-        with write_session(database) as session:
+        with database.session(write=True) as session:
             audit_log.log_access(session, key_id=principal.key_id, tenant=principal.tenant, role=principal.role,
                                  action=action or "reaudit_show", target=out.id, filters=out.filter,
                                  result_count=out.progress.total)

@@ -62,7 +62,7 @@ def _list(args: argparse.Namespace) -> int:
     if filters is None:
         raise CliError("--limit must be between 1 and 500")
     database = open_database(load_settings())
-    with database.session() as session:
+    with database.session(write=True) as session:
         try:
             rows, cursor = guarded(audit_log.list_records, session, filters, tenant_scope=None)
         except audit_log.AuditQueryError as exc:
@@ -83,7 +83,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     database = open_database(load_settings())
-    with database.session() as session:
+    with database.session(write=True) as session:
         row = guarded(audit_log.get_record, session, args.audit_id, tenant_scope=None)
         audit_log.log_access(session, key_id=None, tenant=CLI_TENANT, role=CLI_ROLE, action="show",
                              target=args.audit_id[:64], result_count=0 if row is None else 1)
@@ -106,7 +106,7 @@ def _export(args: argparse.Namespace) -> int:
     out = args.output.open("w", encoding="utf-8", newline="") if args.output else sys.stdout
 
     def write_all() -> None:
-        with database.session() as session:
+        with database.session(write=True) as session:
             audit_log.log_access(session, key_id=None, tenant=CLI_TENANT, role=CLI_ROLE, action="export",
                                  filters=filters.model_dump(mode="json", exclude_none=True))
         with database.session() as session:  # streamed: keyset pages, one line at a time

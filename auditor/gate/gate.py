@@ -13,11 +13,28 @@ from typing import Any, Protocol
 from auditor.gate.injection import SIGNALS_SOURCE, assess_injection
 from auditor.gate.pii import PiiMatch, detector_versions, find_pii, redact_pii
 from auditor.gate.policy import POLICY_SOURCE, policies_for
+from rules.claims import split_sentences
 
 ACTIONS = ("allow", "annotate", "redact", "block", "refuse")
 _RANK = {action: rank for rank, action in enumerate(ACTIONS)}
-# A sentence ends at . ! ? followed by whitespace, or at a newline; the whitespace stays with it.
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+_NEWLINES = re.compile(r"\n+")
+
+
+def complete_sentence_end(text: str) -> int | None:
+    """Where the first sentence of `text` that is known to be complete ends (its trailing whitespace
+    included), or None while it may still go on.
+
+    The validators' own splitter decides, so "Miranda v. Arizona, 384 U.S. 436 (1966)." is gated as
+    one sentence: cutting at "v." or "U.S." would hand the validators fragments with no checkable
+    citation in them. A sentence counts as complete once the next one has begun, or at a newline.
+    """
+    ends = []
+    if newline := _NEWLINES.search(text):
+        ends.append(newline.end())
+    sentences = split_sentences(text)
+    if len(sentences) >= 2:
+        ends.append(sentences[1].start)
+    return min(ends) if ends else None
 
 
 @dataclass(slots=True)
@@ -129,8 +146,8 @@ class OutputGate:
         if self.hold_all:
             return ""
         released = []
-        while not self.refused and (match := _SENTENCE_END.search(self._buffer)):
-            sentence, self._buffer = self._buffer[: match.end()], self._buffer[match.end():]
+        while not self.refused and (end := complete_sentence_end(self._buffer)) is not None:
+            sentence, self._buffer = self._buffer[:end], self._buffer[end:]
             released.append(self._gate(sentence))
         return "".join(released)
 

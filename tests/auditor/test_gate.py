@@ -71,6 +71,17 @@ def test_output_gate_blocks_a_sentence_before_release() -> None:
     assert verifier.seen == ["Aspirin is safe.", "Warfarin doubles the dose.", "Metformin helps."]
 
 
+def test_output_gate_sees_citations_whole_not_cut_at_abbreviations() -> None:
+    text = "Miranda v. Arizona, 384 U.S. 436 (1966) is binding. Varghese v. China Southern, 925 F.3d 1339 (11th Cir. 2019).\nDone."
+    deltas = [text[i:i + 3] for i in range(0, len(text), 3)]
+    verifier = ScriptedVerifier({"Varghese": ("contradicted", "block")})
+    released, gate = _run_gate(verifier, deltas)
+    assert verifier.seen == ["Miranda v. Arizona, 384 U.S. 436 (1966) is binding.",
+                             "Varghese v. China Southern, 925 F.3d 1339 (11th Cir. 2019).", "Done."]
+    assert "".join(released) == "Miranda v. Arizona, 384 U.S. 436 (1966) is binding. Done."
+    assert gate.action == "block"
+
+
 def test_output_gate_redacts_and_refuses() -> None:
     released, _ = _run_gate(ScriptedVerifier({"Warfarin": ("contradicted", "redact")}), DELTAS)
     assert "".join(released) == "Aspirin is safe. [REDACTED] doubles the dose. Metformin helps."

@@ -4,6 +4,7 @@ set of finance, medical and legal requests (see `auditor.demo`)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from auditor.cli import CliError
@@ -30,7 +31,8 @@ def _demo(args: argparse.Namespace) -> int:
         raise CliError("--max-tokens must be >= 1")
     if args.model is not None and not args.model.is_dir():
         raise CliError(f"no model folder at {args.model}")
-    console = Console()
+    # Piped or in CI there is no terminal width: rich would squeeze the table into 80 columns.
+    console = Console() if sys.stdout.isatty() else Console(width=160)
     requests = scripted_requests(quick=args.quick, domains=args.domains)
     domains = sorted({r.domain for r in requests})
     settings = demo_settings(args.dir, model_path=args.model, domains=domains, port=free_port())

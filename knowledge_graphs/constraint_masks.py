@@ -27,36 +27,56 @@ from knowledge_graphs.surface_guard import (
     AllowedNodes,
     GuardState,
     NameTrie,
-    SurfaceGuard,
     advance,
     advance_checked,
     end_violates,
     fold,
 )
 from knowledge_graphs.trie import ROOT, EncodingIndex, TokenTrie, encode_forms
+from knowledge_graphs.vocab_guard import SurfaceGuard
 
 MAX_VIEWS = 256            # allowed sets kept per domain (least recently built dropped first)
 MAX_MASKS_PER_VIEW = 50_000
 
 
-def pack_allowed(allowed: torch.Tensor, vocab_size: int) -> torch.Tensor:
+def pack_allowed(allowed: np.ndarray, vocab_size: int) -> torch.Tensor:
     """bool [vocab] -> packed int32 [words] (engine.kernels.bitmask layout); numpy's packbits is
     ~10x faster than the torch reference on CPU, and this runs on every mask-cache miss."""
     if sys.byteorder != "little":
-        return pack_bool_mask(allowed, vocab_size)
-    padded = np.zeros(bitmask_words(vocab_size) * BITS, dtype=bool)
-    padded[:vocab_size] = allowed.numpy()
+        return pack_bool_mask(torch.from_numpy(allowed), vocab_size)
+    padded = allowed
+    if vocab_size % BITS:
+        padded = np.zeros(bitmask_words(vocab_size) * BITS, dtype=bool)
+        padded[:vocab_size] = allowed
     # little-endian: byte j holds tokens 8j..8j+7, so int32 word w holds tokens 32w..32w+31
-    return torch.from_numpy(np.packbits(padded, bitorder="little").view(np.int32).copy())
+    return torch.from_numpy(np.packbits(padded, bitorder="little").view(np.int32))
 
 
-@dataclass(frozen=True, slots=True)
+SPARSE_FRACTION = 1 / 16   # at most this share of the vocabulary blocked -> the sparse apply
+
+
 class CachedMask:
-    packed: torch.Tensor                 # int32 [words], the mask itself
-    blocked_ids: torch.Tensor | None     # int64 [n] when few tokens are blocked: a cheaper sparse apply
+    """One state's mask. Most block few tokens and are applied through their ids alone, so the
+    packed bitmask of such a mask is built on first use; the ids of a dense one are not kept."""
 
+    __slots__ = ("_packed", "blocked_ids", "vocab_size")
 
-SPARSE_FRACTION = 1 / 16   # at most this share of the vocabulary blocked -> also keep the blocked ids
+    def __init__(self, blocked: np.ndarray, vocab_size: int) -> None:
+        """blocked: bool [vocab]."""
+        self.vocab_size = vocab_size
+        ids = np.flatnonzero(blocked)
+        # int64 [n] when few tokens are blocked: a cheaper sparse apply
+        self.blocked_ids = torch.from_numpy(ids) if len(ids) <= SPARSE_FRACTION * vocab_size else None
+        self._packed = None if self.blocked_ids is not None else pack_allowed(~blocked, vocab_size)
+
+    @property
+    def packed(self) -> torch.Tensor:
+        """int32 [words]: the mask itself."""
+        if self._packed is None:
+            allowed = np.ones(self.vocab_size, dtype=bool)
+            allowed[self.blocked_ids.numpy()] = False   # type: ignore[union-attr]
+            self._packed = pack_allowed(allowed, self.vocab_size)
+        return self._packed
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,11 +114,7 @@ class DomainMasks:
         self.index = EncodingIndex(encode_forms(tokenizer, forms_by_entity, self.has_word_chars))
         # A token that begins with a word boundary can close a mention (or start a new one anywhere).
         self.boundary_start: list[bool] = [f.startswith(SPACE) for f in folded]
-        self.eos = torch.zeros(self.vocab_size, dtype=torch.bool)
-        eos_ids = [i for i in eos_token_ids if 0 <= i < self.vocab_size]
-        if eos_ids:
-            self.eos[torch.tensor(eos_ids)] = True
-        self.closing = torch.tensor(self.boundary_start, dtype=torch.bool) | self.eos     # [vocab]
+        self.eos_ids = np.array(sorted({i for i in eos_token_ids if 0 <= i < self.vocab_size}), dtype=np.int64)
         self._views: dict[frozenset[str], AllowedView] = {}
 
     def view(self, allowed_ids: Collection[str]) -> AllowedView:
@@ -124,9 +140,15 @@ class AllowedView:
         self.trie = TokenTrie(encode_forms(
             domain.tokenizer, {i: domain.forms_by_entity[i] for i in sorted(allowed_ids)}, domain.has_word_chars))
         self.live = self._live_nodes()
+        # bool [vocab] per boundary flag: what the guard blocks whatever is open, what the root rule blocks
         self._static = {b: domain.guard.static_blocked(b, self.allowed_nodes) for b in (False, True)}
-        self._root_allowed = {b: self._root_mask(b) for b in (False, True)}
+        self._root_blocked = {b: self._root_mask(b) for b in (False, True)}
+        self._both = {b: self._static[b] | self._root_blocked[b] for b in (False, True)}
+        self._live_tokens: dict[int, np.ndarray] = {}   # token-trie node -> its live continuations
         self._masks: dict[DecodeState, CachedMask] = {}
+        # outside a mention with no match open, the mask depends on the boundary flag alone
+        self._plain = {b: CachedMask(self.blocked(DecodeState(None, GuardState(boundary=b))), domain.vocab_size)
+                       for b in (False, True)}
         self._transitions: dict[tuple[DecodeState, int], DecodeState] = {}   # memo of next_state
 
     def _live_nodes(self) -> frozenset[int]:
@@ -172,57 +194,64 @@ class AllowedView:
             node = None
         return DecodeState(node, guard)
 
-    def _root_mask(self, boundary: bool) -> torch.Tensor:
-        """bool [vocab]: outside a mention, block only tokens that would start a mention which is
+    def _root_mask(self, boundary: bool) -> np.ndarray:
+        """bool [vocab] blocked: outside a mention, only tokens that would start a mention which is
         already a complete forbidden name with no allowed continuation."""
-        allowed = torch.ones(self.domain.vocab_size, dtype=torch.bool)
+        blocked = np.zeros(self.domain.vocab_size, dtype=bool)
         live_roots = self.trie.children[ROOT]
-        blocked = [
+        ids = [
             token_id for token_id, names in self.domain.index.single_token_names.items()
             if token_id < self.domain.vocab_size and live_roots.get(token_id) not in self.live
             and (boundary or self.domain.boundary_start[token_id]) and not (names & self.allowed_ids)
         ]
-        if blocked:
-            allowed[torch.tensor(blocked)] = False
-        return allowed
+        blocked[ids] = True
+        return blocked
 
-    def guard_allowed(self, guard: GuardState) -> torch.Tensor:
-        """bool [vocab]: what the character guard alone allows (the invariant)."""
-        blocked = self._static[guard.boundary].clone()
-        more = self.domain.guard.continuation_blocked(guard, self.allowed_nodes)
-        if more is not None:
-            blocked |= more
-        if end_violates(self.domain.name_trie, guard, self.allowed_nodes):
-            blocked |= self.domain.eos  # ending the text here would close a forbidden name
-        return ~blocked
+    def blocked(self, state: DecodeState) -> np.ndarray:
+        """bool [vocab]: the tokens masked after `state`, the guard's and the steering's together.
 
-    def trie_allowed(self, state: DecodeState) -> torch.Tensor:
-        """bool [vocab]: steering. Outside a live mention, the root rule. Inside one, the root rule
-        plus the mention's live continuations, minus (within a word) the tokens that leave the word a
-        prefix of forbidden names only; a token that leaves the name index altogether ends the
-        mention and is allowed ("JP" + "Y"), and so is every token holding a word boundary
-        ("U.S" + "."): whether a name closes there is the guard's business."""
-        root = self._root_allowed[state.guard.boundary]
+        Guard (the invariant): tokens closing a forbidden name inside themselves or with the open
+        matches, and EOS when ending here would leave one linked. Steering: outside a live mention,
+        the root rule; inside one, the root rule plus the mention's live continuations, minus
+        (within a word) the tokens that leave the word a prefix of forbidden names only; a token
+        that leaves the name index altogether ends the mention and is allowed ("JP" + "Y"), and so
+        is every token holding a word boundary ("U.S" + "."): whether a name closes there is the
+        guard's business. Steering that leaves no token is dropped, never the guard."""
+        guard_state = state.guard
+        boundary = guard_state.boundary
+        # after a word boundary (a bare space piece, "v." in a case name) the mention may be over:
+        # only the root rule applies there, plus the live continuations
+        dead_words = state.trie_node is not None and not boundary
+        guard_ids, dead_ids = self.domain.guard.blocked(guard_state, self.allowed_nodes, dead_words=dead_words)
+        eos = end_violates(self.domain.name_trie, guard_state, self.allowed_nodes)  # ending here closes a forbidden name
         if state.trie_node is None:
-            return root
-        vocab = self.domain.vocab_size
-        live_tokens = [t for t, child in self.trie.children[state.trie_node].items()
-                       if child in self.live and t < vocab]
-        dead = None
-        if not state.guard.boundary:
-            # After a word boundary (a bare space piece, "v." in a case name) the mention may be
-            # over: only the root rule applies there, plus the live continuations.
-            dead = self.domain.guard.dead_word_blocked(state.guard, self.allowed_nodes)
-        if dead is None and not live_tokens:
-            return root
-        allowed = root.clone()
-        if dead is not None:
-            allowed &= ~dead
-        if live_tokens:
+            both = self._both[boundary].copy()
+            both[guard_ids] = True
+            if eos:
+                both[self.domain.eos_ids] = True
+            if not both.all():
+                return both
+            steering = self._root_blocked[boundary]   # the root rule left nothing: guard only
+        else:
+            steering = self._root_blocked[boundary].copy()
+            steering[dead_ids] = True
             # a live continuation may be a single-token name the root rule blocks (" Ohio" in
             # "Brandenburg v. Ohio" while court:ohio is forbidden)
-            allowed[torch.tensor(live_tokens)] = True
-        return allowed
+            steering[self._live_continuations(state.trie_node)] = False
+        guard = self._static[boundary].copy()
+        guard[guard_ids] = True
+        if eos:
+            guard[self.domain.eos_ids] = True
+        both = guard | steering
+        return guard if both.all() else both
+
+    def _live_continuations(self, node: int) -> np.ndarray:
+        found = self._live_tokens.get(node)
+        if found is None:
+            vocab = self.domain.vocab_size
+            found = self._live_tokens[node] = np.array(
+                [t for t, child in self.trie.children[node].items() if child in self.live and t < vocab], dtype=np.int64)
+        return found
 
     def mask(self, state: DecodeState) -> torch.Tensor:
         """Packed int32 [words] mask for `state`."""
@@ -232,15 +261,14 @@ class AllowedView:
         found = self._masks.get(state)
         if found is not None:
             return found
-        guard = self.guard_allowed(state.guard)
-        allowed = guard & self.trie_allowed(state)
-        if not bool(allowed.any()):
-            allowed = guard  # the trie's steering left nothing: keep the guarantee, drop the steering
-        blocked = (~allowed).nonzero().flatten()
-        sparse = blocked if blocked.numel() <= SPARSE_FRACTION * self.domain.vocab_size else None
+        guard = state.guard
+        if state.trie_node is None and not guard.nodes and guard.carriers is None:
+            found = self._plain[guard.boundary]   # nothing open, and EOS closes nothing
+        else:
+            found = CachedMask(self.blocked(state), self.domain.vocab_size)
         if len(self._masks) >= MAX_MASKS_PER_VIEW:
             self._masks.clear()
-        found = self._masks[state] = CachedMask(pack_allowed(allowed, self.domain.vocab_size), sparse)
+        self._masks[state] = found
         return found
 
     def explain(self, state: DecodeState, token_id: int, text: str) -> list[str]:

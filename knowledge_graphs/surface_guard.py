@@ -20,29 +20,25 @@ tokens, in which case it was written, or which punctuation surrounds it:
 
 Steering on top (not needed for the guarantee): a token that continues an open match and ends
 exactly on a complete forbidden name that no allowed name continues is blocked too ("Heli" + "um"),
-so the model is not left with a name it can never close; and `dead_word_blocked` gives the token
+so the model is not left with a name it can never close; and the dead-word rule gives the token
 steering (constraint_masks) the tokens that lengthen a word into a prefix of forbidden names only.
 
-Masks for a state are computed for the whole vocabulary at once: tokens are sorted by their
-normalised text, so "every token that starts with `prefix`" is one contiguous range, and a
-depth-first walk of the trie from the state's nodes visits only prefixes some token has.
+These rules, applied to the whole vocabulary at once, are `knowledge_graphs.vocab_guard`.
 """
 
 from __future__ import annotations
 
-import bisect
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
 SPACE = " "
 MAX_IDLE = 1   # boundary-only tokens in a row allowed while an obligation is pending (after the one that opened it)
 # Steering blocks a dead word (a prefix of forbidden names only) from this many characters on:
 # shorter prefixes are too often ordinary text ("E16" in an ICD-10 code vs "e16 membrane protein").
 MIN_DEAD_WORD_CHARS = 4
-_MAX_CHAR = "\U0010ffff"
 
 ClosingGroup = tuple[int, ...]   # trie nodes (terminals) that close at the same boundary
 
@@ -105,6 +101,12 @@ class NameTrie:
                 self._chars[node] = "".join(chars)
             frontier = following
             level += 1
+        # numpy views for vectorised checks, with one sentinel node at the end (no name, never live)
+        self.sentinel = len(self._chars)
+        self.depth_array = np.append(np.frombuffer(self.depth, dtype=np.int32).astype(np.int64), -1)
+        self.terminal_array = np.full(self.sentinel + 1, False)
+        if self.entities:
+            self.terminal_array[np.fromiter(self.entities, dtype=np.int64)] = True
 
     def __len__(self) -> int:
         return len(self._chars)
@@ -113,6 +115,13 @@ class NameTrie:
         """The child of `node` along `ch`, or -1."""
         k = self._chars[node].find(ch)
         return -1 if k < 0 else self._first[node] + k
+
+    def char(self, node: int) -> str:
+        """The character on the edge into `node` ("" for the root)."""
+        if node <= 0:
+            return ""
+        parent = self.parent[node]
+        return self._chars[parent][node - self._first[parent]]
 
     def child_chars(self, node: int) -> str:
         return self._chars[node]
@@ -234,16 +243,19 @@ class AllowedNodes:
     def __init__(self, trie: NameTrie, allowed_ids: Iterable[str]) -> None:
         self.trie = trie
         self.nodes = frozenset(n for i in allowed_ids for n in trie.nodes_of_entity.get(i, ()))
-        self.tensor = torch.zeros(len(trie), dtype=torch.bool)   # [num_nodes]
-        if self.nodes:
-            self.tensor[torch.tensor(sorted(self.nodes))] = True
         # nodes with an allowed name at or below them: a match there may still become allowed
         self.live: set[int] = set()
-        self.walks: dict[GuardState, tuple[list[tuple[int, int]], list[tuple[int, int]]]] = {}   # SurfaceGuard._walk memo
         for node in self.nodes:
             while node > 0 and node not in self.live:
                 self.live.add(node)
                 node = trie.parent[node]
+        # the same as bool [num_nodes + 1] arrays (trie.sentinel last), for vectorised checks
+        self.allowed_array = np.zeros(trie.sentinel + 1, dtype=bool)
+        self.live_array = np.zeros(trie.sentinel + 1, dtype=bool)
+        if self.nodes:
+            self.allowed_array[np.fromiter(self.nodes, dtype=np.int64)] = True
+            self.live_array[np.fromiter(self.live, dtype=np.int64)] = True
+        self.walks: dict[GuardState, tuple[list[tuple[int, int]], list[tuple[int, int]]]] = {}   # vocab_guard walk memo
 
     def dead_end(self, group: tuple[int, ...]) -> bool:
         """True if a match in `group` (open matches where a token ends) spells a complete forbidden
@@ -274,168 +286,3 @@ class AllowedNodes:
                 continue
             return True
         return False
-
-
-class SurfaceGuard:
-    """Vocabulary-wide masks for guard states: `blocked(state, allowed)` -> bool [vocab]."""
-
-    def __init__(self, trie: NameTrie, token_texts: Sequence[str]) -> None:
-        self.trie = trie
-        self.vocab_size = len(token_texts)
-        folded = [fold(t) for t in token_texts]
-        # At a boundary a leading space of the token collapses into the previous one.
-        effective = {False: folded, True: [s[1:] if s.startswith(SPACE) else s for s in folded]}
-        self._sorted: dict[bool, list[str]] = {}
-        self._perm: dict[bool, torch.Tensor] = {}
-        # Closings that happen inside a token whatever came before (matches that start inside it).
-        self._single_tok: dict[bool, torch.Tensor] = {}
-        self._single_node: dict[bool, torch.Tensor] = {}
-        self._multi: dict[bool, list[tuple[int, ClosingGroup]]] = {}
-        for boundary in (False, True):
-            order = sorted(range(self.vocab_size), key=effective[boundary].__getitem__)
-            self._sorted[boundary] = [effective[boundary][i] for i in order]
-            self._perm[boundary] = torch.tensor(order, dtype=torch.long)
-            single_tok: list[int] = []
-            single_node: list[int] = []
-            multi: list[tuple[int, ClosingGroup]] = []
-            start = GuardState(frozenset(), boundary)
-            for token_id, text in enumerate(folded):
-                if SPACE not in text:
-                    continue  # no boundary inside this token -> nothing can close inside it
-                for group in advance(trie, start, text)[1]:
-                    if len(group) == 1:
-                        single_tok.append(token_id)
-                        single_node.append(group[0])
-                    else:
-                        multi.append((token_id, group))
-            self._single_tok[boundary] = torch.tensor(single_tok, dtype=torch.long)
-            self._single_node[boundary] = torch.tensor(single_node, dtype=torch.long)
-            self._multi[boundary] = multi
-
-    def static_blocked(self, boundary: bool, allowed: AllowedNodes) -> torch.Tensor:
-        """bool [vocab]: tokens that close a forbidden name inside themselves."""
-        blocked = torch.zeros(self.vocab_size, dtype=torch.bool)
-        nodes = self._single_node[boundary]
-        if nodes.numel():
-            bad = ~allowed.tensor[nodes]                      # single forbidden closings
-            blocked[self._single_tok[boundary][bad]] = True
-        for token_id, group in self._multi[boundary]:
-            if allowed.violates(group):
-                blocked[token_id] = True
-        return blocked
-
-    def continuation_blocked(self, state: GuardState, allowed: AllowedNodes) -> torch.Tensor | None:
-        """bool [vocab]: tokens whose text, continuing the state's open matches, closes a forbidden
-        name that no carrier covers, or leaves a pending obligation unmet (see `advance_checked`);
-        plus the steering dead ends ("Heli" + "um"). None when nothing is blocked."""
-        guard_bad, _ = self._checked(state, allowed)
-        return self._ranges_blocked(state.boundary, guard_bad)
-
-    def dead_word_blocked(self, state: GuardState, allowed: AllowedNodes) -> torch.Tensor | None:
-        """Steering, not the guarantee: bool [vocab], tokens that only lengthen the current word
-        (no word boundary in them) and leave it a prefix of forbidden names alone (every open match
-        after the token has no allowed name at or below it). A token after which the word is no
-        prefix of any constrained form at all ("JP" + "Y") is not blocked: the mention is over.
-        None when nothing is blocked."""
-        _, word_dead = self._checked(state, allowed)
-        return self._ranges_blocked(state.boundary, word_dead)
-
-    def _checked(self, state: GuardState, allowed: AllowedNodes) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-        if not state.nodes:
-            return [], []
-        found = allowed.walks.get(state)
-        if found is None:
-            if len(allowed.walks) > 50_000:
-                allowed.walks.clear()
-            found = allowed.walks[state] = self._walk(state, allowed)
-        return found
-
-    def _ranges_blocked(self, boundary: bool, bad: list[tuple[int, int]]) -> torch.Tensor | None:
-        if not bad:
-            return None
-        delta = torch.zeros(self.vocab_size + 1, dtype=torch.int32)   # difference array over sorted order
-        bounds = torch.tensor(bad, dtype=torch.long)                   # [k, 2]
-        delta.index_add_(0, bounds[:, 0], torch.ones(len(bad), dtype=torch.int32))
-        delta.index_add_(0, bounds[:, 1], -torch.ones(len(bad), dtype=torch.int32))
-        blocked_sorted = delta.cumsum(0)[:-1] > 0                      # [vocab], sorted positions
-        blocked = torch.zeros(self.vocab_size, dtype=torch.bool)
-        blocked[self._perm[boundary]] = blocked_sorted
-        return blocked
-
-    def _walk(self, state: GuardState, allowed: AllowedNodes) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-        """(guard ranges, dead-word ranges) over sorted token positions, for one allowed set: the
-        `advance_checked` rules applied to every token at once. Depth-first over trie nodes and
-        token prefixes together; a token that leaves the trie with no obligation pending ends the
-        mention and is never visited."""
-        strings = self._sorted[state.boundary]
-        trie = self.trie
-        live = allowed.live
-        depth = trie.depth
-        guard_bad: list[tuple[int, int]] = []
-        word_dead: list[tuple[int, int]] = []
-        stack: list[tuple[tuple[int, ...], frozenset[int] | None, str, int, int, bool]] = [
-            (tuple(state.nodes), state.carriers, "", 0, len(strings), False)]
-        while stack:
-            nodes, carriers, prefix, lo, hi, spaced = stack.pop()
-            chars = {SPACE}
-            for node in nodes:
-                chars.update(trie.child_chars(node))
-            covered: list[tuple[int, int]] = []     # subranges handled per next character
-            for ch in chars:
-                extended = prefix + ch
-                a = bisect.bisect_left(strings, extended, lo, hi)
-                b = bisect.bisect_left(strings, extended + _MAX_CHAR, a, hi)
-                if a == b:
-                    continue
-                if ch == SPACE:
-                    covered.append((a, b))
-                    group = [n for n in nodes if n in trie.entities]
-                    pending = carriers
-                    if pending is not None and any(n in pending and n in allowed.nodes for n in group):
-                        pending = None
-                    bad = allowed.forbidden_closing(group)
-                    pool: Iterable[int] = nodes if pending is None else pending
-                    if bad:
-                        need = max(depth[n] for n in bad)
-                        pool = [n for n in pool if depth[n] >= need]
-                    if bad or pending is not None:
-                        pending = frozenset(c for n in pool if (c := trie.child(n, SPACE)) >= 0 and c in live)
-                        if not pending:
-                            guard_bad.append((a, b))
-                            continue
-                    nxt = tuple(c for n in nodes if (c := trie.child(n, SPACE)) >= 0)
-                    if nxt:
-                        stack.append((nxt, pending, extended, a, b, True))
-                    continue
-                next_carriers = carriers
-                if carriers is not None:
-                    next_carriers = frozenset(c for n in carriers if (c := trie.child(n, ch)) >= 0 and c in live)
-                    if not next_carriers:
-                        continue    # blocked below, with every other way out of the carriers
-                covered.append((a, b))
-                nxt = tuple(c for n in nodes if (c := trie.child(n, ch)) >= 0)
-                exact_end = bisect.bisect_right(strings, extended, a, b)   # tokens == extended
-                if exact_end > a:
-                    if any(n in trie.entities for n in nxt) and next_carriers is None and allowed.dead_end(nxt):
-                        guard_bad.append((a, exact_end))
-                    elif (not spaced and not any(n in live for n in nxt)
-                          and max(depth[n] for n in nxt) >= MIN_DEAD_WORD_CHARS):
-                        word_dead.append((a, exact_end))
-                stack.append((nxt, next_carriers, extended, a, b, spaced))
-            if carriers is not None:
-                # an obligation is pending: a token that goes on past `prefix` by a character no
-                # carrier (nor a boundary) continues leaves the forbidden names it covers exposed
-                start = bisect.bisect_right(strings, prefix, lo, hi)   # tokens == prefix end here: fine,
-                if not prefix and state.boundary and state.idle >= MAX_IDLE:
-                    # except at the start, after a boundary: tokens that add nothing but boundary
-                    # characters make no progress; one more after the token that opened the
-                    # obligation is punctuation and spacing ("failure" + "," + " " + "NYHA"), more
-                    # would let the obligation hang on ("Nicotine." + "," + "," ...)
-                    start = lo
-                for a, b in sorted(covered):
-                    if a > start:
-                        guard_bad.append((start, a))
-                    start = max(start, b)
-                if start < hi:
-                    guard_bad.append((start, hi))
-        return guard_bad, word_dead

@@ -1,0 +1,213 @@
+"""The guard's vocabulary walk, split into what depends on the allowed set and what does not.
+
+`SurfaceGuard._walk` applies the `advance_checked` rules to every token at once for one (state,
+allowed set): a Python walk over trie nodes and token prefixes together, 1-4 ms from a shallow node
+such as "di" with thousands of (node, prefix) pairs. With no obligation pending, two facts make
+most of that work shareable:
+- the walk from a set of open matches is the union of the walks from each match: a token's text
+  moves every match along independently, and the matches at one token prefix are the union of
+  each match's (at most one) node there;
+- its decisions read the allowed set only through per-node facts: is the node an allowed name,
+  does an allowed name lie at or below it, and does its space-continuation lead to one.
+So the walk is done once per (trie node, boundary) per domain, allowed set aside, and kept as
+`Records`: one per token prefix p that some token has and the node's trie continues (node . p):
+- exact records: the tokens whose text is exactly p, the node p leads to, and whether p holds a
+  word boundary (the dead-word steering only lengthens words);
+- close records: the tokens that start with p + " " (a match closes at that boundary), the node
+  before the boundary and its space child.
+Evaluating a state for one allowed set (`evaluate`) is then a few numpy operations: per record,
+the depth of the deepest dead, live, forbidden and allowed name in its group (a group spans the
+state's matches at one prefix: max over the per-match records of that prefix), and the rules of
+`advance_checked` on those depths. Depths tell the matches of a group apart: they began at
+different word boundaries, so no two have the same depth.
+A closing that would open an obligation (a forbidden name that a longer allowed one may still
+cover) needs the carrier-tracking walk: `evaluate` returns None and the caller falls back to it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import numpy as np
+
+from knowledge_graphs.surface_guard import MIN_DEAD_WORD_CHARS, SPACE, AllowedNodes, NameTrie
+
+_MAX_CHAR = "\U0010ffff"
+Ranges = tuple[np.ndarray, np.ndarray]   # (lo, hi) int64 over sorted token positions
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class Records:
+    """Allowed-independent outcome of the walk from one trie node (see the module docstring)."""
+
+    # Exact records come in three runs: [0, exact_names) a name ends at the node;
+    # [exact_names, exact_words) no name ends there, no boundary in the prefix, and the node is
+    # MIN_DEAD_WORD_CHARS deep or more (dead-word candidates); then the rest. Close records: the
+    # first close_names have a name ending at the node. One open match needs only these runs.
+    exact_lo: np.ndarray      # int64 [e] tokens [lo, hi) in sorted order equal to the prefix
+    exact_hi: np.ndarray
+    exact_key: np.ndarray     # int64 [e] the prefix's identity: (length, lo, hi)
+    exact_node: np.ndarray    # int64 [e] trie node after the prefix
+    exact_depth: np.ndarray   # int64 [e] its depth
+    exact_name: np.ndarray    # bool [e] a name ends there
+    exact_spaced: np.ndarray  # bool [e] the prefix holds a word boundary
+    exact_names: int
+    exact_words: int
+    close_lo: np.ndarray      # int64 [c] tokens [lo, hi) that start with the prefix + " "
+    close_hi: np.ndarray
+    close_key: np.ndarray
+    close_node: np.ndarray    # int64 [c] trie node before the boundary
+    close_depth: np.ndarray   # int64 [c] its depth
+    close_name: np.ndarray    # bool [c] a name ends there
+    close_space: np.ndarray   # int64 [c] its space child, or the sentinel node (never live)
+    close_names: int
+
+
+def _key(length: int, lo: int, hi: int, vocab: int) -> int:
+    # two prefixes can share a token range (every token starting "acute " may start "acute bac "),
+    # never a (length, range)
+    return (length * (vocab + 1) + lo) * (vocab + 1) + hi
+
+
+def walk_records(trie: NameTrie, strings: list[str], start: int) -> Records:
+    """Depth-first over (trie node, token prefix) pairs from `start`, as `SurfaceGuard._walk` does
+    with no obligation pending, recording instead of deciding. `strings`: the tokens' folded texts
+    (as they read after the state's boundary flag), sorted."""
+    vocab = len(strings)
+    sentinel = trie.sentinel
+    depth = trie.depth
+    entities = trie.entities
+    # rows (key, lo, hi, node, depth, name, spaced-or-space child), in the runs `Records` keeps
+    names: list[tuple[int, ...]] = []
+    words: list[tuple[int, ...]] = []
+    other: list[tuple[int, ...]] = []
+    closing_names: list[tuple[int, ...]] = []
+    closing_other: list[tuple[int, ...]] = []
+    stack: list[tuple[int, str, int, int, bool]] = [(start, "", 0, vocab, False)]
+    while stack:
+        node, prefix, lo, hi, spaced = stack.pop()
+        extended = prefix + SPACE
+        a = bisect.bisect_left(strings, extended, lo, hi)
+        b = bisect.bisect_left(strings, extended + _MAX_CHAR, a, hi)
+        if a < b:
+            space = trie.child(node, SPACE)
+            named = node in entities
+            if named or space >= 0:
+                row = (_key(len(extended), a, b, vocab), a, b, node, depth[node], named, space if space >= 0 else sentinel)
+                (closing_names if named else closing_other).append(row)
+            if space >= 0:
+                stack.append((space, extended, a, b, True))
+        for ch, child in zip(trie.child_chars(node), trie.children(node), strict=True):
+            if ch == SPACE:
+                continue
+            extended = prefix + ch
+            a = bisect.bisect_left(strings, extended, lo, hi)
+            b = bisect.bisect_left(strings, extended + _MAX_CHAR, a, hi)
+            if a == b:
+                continue
+            exact_end = bisect.bisect_right(strings, extended, a, b)
+            if exact_end > a:
+                named = child in entities
+                row = (_key(len(extended), a, exact_end, vocab), a, exact_end, child, depth[child], named, spaced)
+                if named:
+                    names.append(row)
+                elif not spaced and depth[child] >= MIN_DEAD_WORD_CHARS:
+                    words.append(row)
+                else:
+                    other.append(row)
+            stack.append((child, extended, a, b, spaced))
+    ex = np.array(names + words + other, dtype=np.int64).reshape(-1, 7)
+    cl = np.array(closing_names + closing_other, dtype=np.int64).reshape(-1, 7)
+    return Records(ex[:, 1], ex[:, 2], ex[:, 0], ex[:, 3], ex[:, 4], ex[:, 5].astype(bool), ex[:, 6].astype(bool),
+                   len(names), len(names) + len(words),
+                   cl[:, 1], cl[:, 2], cl[:, 0], cl[:, 3], cl[:, 4], cl[:, 5].astype(bool), cl[:, 6], len(closing_names))
+
+
+def _group_max(keys: np.ndarray, columns: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Rows with the same key merged: (first row of each group, per-column max)."""
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+    return order[starts], [np.maximum.reduceat(c[order], starts) for c in columns]
+
+
+def evaluate(parts: list[Records], allowed: AllowedNodes, *, dead_words: bool = True) -> tuple[Ranges, Ranges] | None:
+    """(guard-blocked ranges, dead-word ranges) for the state whose open matches have these
+    records, under one allowed set; None when a closing would open an obligation. dead_words=False:
+    the dead-word ranges are not wanted (left empty)."""
+    if len(parts) == 1:
+        return _evaluate_one(parts[0], allowed, dead_words)
+    live = allowed.live_array
+
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([getattr(p, name) for p in parts])
+
+    # closings: the deepest forbidden name closing here (F), allowed one (A), and match whose
+    # space-continuation is on the way to an allowed name (S)
+    close_lo, close_hi = cat("close_lo"), cat("close_hi")
+    bad = np.zeros(0, dtype=bool)
+    if len(close_lo):
+        node, d = cat("close_node"), cat("close_depth")
+        allowed_here = allowed.allowed_array[node]
+        forbidden = np.where(cat("close_name") & ~allowed_here, d, -1)
+        allowed_depth = np.where(allowed_here, d, -1)
+        carrier = np.where(live[cat("close_space")], d, -1)
+        first, (forbidden, allowed_depth, carrier) = _group_max(cat("close_key"), [forbidden, allowed_depth, carrier])
+        close_lo, close_hi = close_lo[first], close_hi[first]
+        # a forbidden name closes with no longer allowed name closing over it (`forbidden_closing`)
+        bad = (forbidden >= 0) & (allowed_depth < forbidden)
+        if (bad & (carrier >= forbidden)).any():
+            return None   # ... but a match as long continues toward an allowed name: an obligation
+    # exact ends: the deepest dead name (D: complete, nothing allowed at or below), live match (L), any match (M)
+    exact_lo, exact_hi = cat("exact_lo"), cat("exact_hi")
+    dead_end = word_dead = np.zeros(0, dtype=bool)
+    if len(exact_lo):
+        d = cat("exact_depth")
+        alive = live[cat("exact_node")]
+        dead = np.where(cat("exact_name") & ~alive, d, -1)
+        live_depth = np.where(alive, d, -1)
+        spaced = cat("exact_spaced")
+        first, (dead, live_depth, d) = _group_max(cat("exact_key"), [dead, live_depth, d])
+        exact_lo, exact_hi, spaced = exact_lo[first], exact_hi[first], spaced[first]
+        dead_end = (dead >= 0) & (live_depth < dead)          # `AllowedNodes.dead_end`
+        word_dead = ~dead_end & ~spaced & (live_depth < 0) & (d >= MIN_DEAD_WORD_CHARS) & dead_words
+    guard = (np.concatenate([close_lo[bad], exact_lo[dead_end]]), np.concatenate([close_hi[bad], exact_hi[dead_end]]))
+    return guard, (exact_lo[word_dead], exact_hi[word_dead])
+
+
+def _evaluate_one(records: Records, allowed: AllowedNodes, dead_words: bool) -> tuple[Ranges, Ranges] | None:
+    """`evaluate` for one open match: every group holds one node, so the depth comparisons drop
+    out and only the records where a name ends, or a dead word may, matter."""
+    live = allowed.live_array
+    guard = dead = (_EMPTY, _EMPTY)
+    names = records.close_names
+    if names:
+        bad = ~allowed.allowed_array[records.close_node[:names]]       # a forbidden name closes
+        if bad.any():
+            if live[records.close_space[:names][bad]].any():
+                return None   # ... and goes on toward an allowed name: an obligation
+            guard = (records.close_lo[:names][bad], records.close_hi[:names][bad])
+    names, words = records.exact_names, records.exact_words
+    if names:
+        dead_end = ~live[records.exact_node[:names]]                    # a name nothing allowed continues
+        if dead_end.any():
+            guard = (np.concatenate([guard[0], records.exact_lo[:names][dead_end]]),
+                     np.concatenate([guard[1], records.exact_hi[:names][dead_end]]))
+    if dead_words and words > names:
+        word_dead = ~live[records.exact_node[names:words]]
+        dead = (records.exact_lo[names:words][word_dead], records.exact_hi[names:words][word_dead])
+    return guard, dead
+
+
+def ranges_to_ids(ranges: Ranges, perm: np.ndarray) -> np.ndarray:
+    """Token ids in the ranges (over sorted positions; `perm[position]` = token id)."""
+    lo, hi = ranges
+    if len(lo) <= 1:
+        return perm[lo[0]:hi[0]] if len(lo) else _EMPTY
+    lengths = hi - lo
+    total = int(lengths.sum())
+    # position of each covered slot: its range's lo plus its offset within the range
+    offsets = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return perm[np.repeat(lo, lengths) + offsets]

@@ -1,0 +1,206 @@
+"""The character guard's rules applied to the whole vocabulary at once: token ids blocked per state.
+
+Tokens are sorted by their normalised text (as it reads after the state's boundary flag), so
+"every token that starts with `prefix`" is one contiguous range of sorted positions, and a
+depth-first walk of the name trie from a state's open matches visits only the prefixes some token
+has. With no obligation pending, that walk is done once per (trie node, boundary) and domain, the
+allowed set aside (`guard_records`): nodes up to PRECOMPUTE_DEPTH characters deep, whose walks are
+the long ones ("di": thousands of (node, prefix) pairs), at start-up; deeper ones on first use.
+A state with an obligation pending takes the carrier-tracking walk (`_walk`), memoised per allowed set.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from knowledge_graphs.guard_records import Records, evaluate, ranges_to_ids, walk_records
+from knowledge_graphs.surface_guard import (
+    MAX_IDLE,
+    MIN_DEAD_WORD_CHARS,
+    SPACE,
+    AllowedNodes,
+    ClosingGroup,
+    GuardState,
+    NameTrie,
+    advance,
+    fold,
+)
+
+_MAX_CHAR = "\U0010ffff"
+PRECOMPUTE_DEPTH = 4      # walk records built at start-up for trie nodes this shallow
+MAX_LAZY_RECORDS = 100_000
+NO_IDS = np.zeros(0, dtype=np.int64)
+
+
+class SurfaceGuard:
+    """Per-state blocked token ids for one domain's name trie and one vocabulary."""
+
+    def __init__(self, trie: NameTrie, token_texts: Sequence[str], *, precompute_depth: int = PRECOMPUTE_DEPTH) -> None:
+        self.trie = trie
+        self.vocab_size = len(token_texts)
+        folded = [fold(t) for t in token_texts]
+        # At a boundary a leading space of the token collapses into the previous one.
+        effective = {False: folded, True: [s[1:] if s.startswith(SPACE) else s for s in folded]}
+        self._sorted: dict[bool, list[str]] = {}
+        self._perm: dict[bool, np.ndarray] = {}     # sorted position -> token id
+        # Closings that happen inside a token whatever came before (matches that start inside it).
+        self._single_tok: dict[bool, np.ndarray] = {}
+        self._single_node: dict[bool, np.ndarray] = {}
+        self._multi: dict[bool, list[tuple[int, ClosingGroup]]] = {}
+        for boundary in (False, True):
+            order = sorted(range(self.vocab_size), key=effective[boundary].__getitem__)
+            self._sorted[boundary] = [effective[boundary][i] for i in order]
+            self._perm[boundary] = np.array(order, dtype=np.int64)
+            single_tok: list[int] = []
+            single_node: list[int] = []
+            multi: list[tuple[int, ClosingGroup]] = []
+            start = GuardState(frozenset(), boundary)
+            for token_id, text in enumerate(folded):
+                if SPACE not in text:
+                    continue  # no boundary inside this token -> nothing can close inside it
+                for group in advance(trie, start, text)[1]:
+                    if len(group) == 1:
+                        single_tok.append(token_id)
+                        single_node.append(group[0])
+                    else:
+                        multi.append((token_id, group))
+            self._single_tok[boundary] = np.array(single_tok, dtype=np.int64)
+            self._single_node[boundary] = np.array(single_node, dtype=np.int64)
+            self._multi[boundary] = multi
+        self._records: dict[tuple[int, bool], Records] = {}       # shallow nodes, kept
+        self._lazy_records: dict[tuple[int, bool], Records] = {}  # deeper nodes, bounded
+        frontier = [0]
+        for _ in range(precompute_depth):
+            frontier = [c for n in frontier for c in trie.children(n)]
+            for node in frontier:
+                boundary = trie.char(node) == SPACE
+                self._records[node, boundary] = walk_records(trie, self._sorted[boundary], node)
+
+    def static_blocked(self, boundary: bool, allowed: AllowedNodes) -> np.ndarray:
+        """bool [vocab]: tokens that close a forbidden name inside themselves."""
+        blocked = np.zeros(self.vocab_size, dtype=bool)
+        nodes = self._single_node[boundary]
+        blocked[self._single_tok[boundary][~allowed.allowed_array[nodes]]] = True   # single forbidden closings
+        for token_id, group in self._multi[boundary]:
+            if allowed.violates(group):
+                blocked[token_id] = True
+        return blocked
+
+    def blocked(self, state: GuardState, allowed: AllowedNodes, *, dead_words: bool = True,
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids (int64, possibly repeated) blocked after `state`, continuing its open matches:
+        (guard, dead word).
+
+        guard: the text would close a forbidden name that nothing allowed covers, or leave a
+        pending obligation unmet (see `advance_checked`); plus the steering dead ends ("Heli" + "um").
+        dead word (steering, not the guarantee): tokens that only lengthen the current word (no
+        word boundary in them) and leave it a prefix of forbidden names alone (every open match
+        after the token has no allowed name at or below it). A token after which the word is no
+        prefix of any constrained form at all ("JP" + "Y") is not blocked: the mention is over.
+        dead_words=False: the caller has no use for them (left empty)."""
+        if not state.nodes:
+            return NO_IDS, NO_IDS
+        perm = self._perm[state.boundary]
+        if state.carriers is None:
+            found = evaluate([self.records(n, state.boundary) for n in state.nodes], allowed, dead_words=dead_words)
+            if found is not None:
+                guard, dead = found
+                return ranges_to_ids(guard, perm), ranges_to_ids(dead, perm)
+        walked = allowed.walks.get(state)
+        if walked is None:
+            if len(allowed.walks) > 50_000:
+                allowed.walks.clear()
+            walked = allowed.walks[state] = self._walk(state, allowed)
+        guard_ranges, dead_ranges = (np.array(r, dtype=np.int64).reshape(-1, 2) for r in walked)
+        return (ranges_to_ids((guard_ranges[:, 0], guard_ranges[:, 1]), perm),
+                ranges_to_ids((dead_ranges[:, 0], dead_ranges[:, 1]), perm))
+
+    def records(self, node: int, boundary: bool) -> Records:
+        key = (node, boundary)
+        found = self._records.get(key) or self._lazy_records.get(key)
+        if found is None:
+            if len(self._lazy_records) >= MAX_LAZY_RECORDS:
+                self._lazy_records.clear()
+            found = self._lazy_records[key] = walk_records(self.trie, self._sorted[boundary], node)
+        return found
+
+    def _walk(self, state: GuardState, allowed: AllowedNodes) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """(guard ranges, dead-word ranges) over sorted token positions, for one allowed set: the
+        `advance_checked` rules applied to every token at once. Depth-first over trie nodes and
+        token prefixes together; a token that leaves the trie with no obligation pending ends the
+        mention and is never visited."""
+        strings = self._sorted[state.boundary]
+        trie = self.trie
+        live = allowed.live
+        depth = trie.depth
+        guard_bad: list[tuple[int, int]] = []
+        word_dead: list[tuple[int, int]] = []
+        stack: list[tuple[tuple[int, ...], frozenset[int] | None, str, int, int, bool]] = [
+            (tuple(state.nodes), state.carriers, "", 0, len(strings), False)]
+        while stack:
+            nodes, carriers, prefix, lo, hi, spaced = stack.pop()
+            chars = {SPACE}
+            for node in nodes:
+                chars.update(trie.child_chars(node))
+            covered: list[tuple[int, int]] = []     # subranges handled per next character
+            for ch in chars:
+                extended = prefix + ch
+                a = bisect.bisect_left(strings, extended, lo, hi)
+                b = bisect.bisect_left(strings, extended + _MAX_CHAR, a, hi)
+                if a == b:
+                    continue
+                if ch == SPACE:
+                    covered.append((a, b))
+                    group = [n for n in nodes if n in trie.entities]
+                    pending = carriers
+                    if pending is not None and any(n in pending and n in allowed.nodes for n in group):
+                        pending = None
+                    bad = allowed.forbidden_closing(group)
+                    pool: Iterable[int] = nodes if pending is None else pending
+                    if bad:
+                        need = max(depth[n] for n in bad)
+                        pool = [n for n in pool if depth[n] >= need]
+                    if bad or pending is not None:
+                        pending = frozenset(c for n in pool if (c := trie.child(n, SPACE)) >= 0 and c in live)
+                        if not pending:
+                            guard_bad.append((a, b))
+                            continue
+                    nxt = tuple(c for n in nodes if (c := trie.child(n, SPACE)) >= 0)
+                    if nxt:
+                        stack.append((nxt, pending, extended, a, b, True))
+                    continue
+                next_carriers = carriers
+                if carriers is not None:
+                    next_carriers = frozenset(c for n in carriers if (c := trie.child(n, ch)) >= 0 and c in live)
+                    if not next_carriers:
+                        continue    # blocked below, with every other way out of the carriers
+                covered.append((a, b))
+                nxt = tuple(c for n in nodes if (c := trie.child(n, ch)) >= 0)
+                exact_end = bisect.bisect_right(strings, extended, a, b)   # tokens == extended
+                if exact_end > a:
+                    if any(n in trie.entities for n in nxt) and next_carriers is None and allowed.dead_end(nxt):
+                        guard_bad.append((a, exact_end))
+                    elif (not spaced and not any(n in live for n in nxt)
+                          and max(depth[n] for n in nxt) >= MIN_DEAD_WORD_CHARS):
+                        word_dead.append((a, exact_end))
+                stack.append((nxt, next_carriers, extended, a, b, spaced))
+            if carriers is not None:
+                # an obligation is pending: a token that goes on past `prefix` by a character no
+                # carrier (nor a boundary) continues leaves the forbidden names it covers exposed
+                start = bisect.bisect_right(strings, prefix, lo, hi)   # tokens == prefix end here: fine,
+                if not prefix and state.boundary and state.idle >= MAX_IDLE:
+                    # except at the start, after a boundary: tokens that add nothing but boundary
+                    # characters make no progress; one more after the token that opened the
+                    # obligation is punctuation and spacing ("failure" + "," + " " + "NYHA"), more
+                    # would let the obligation hang on ("Nicotine." + "," + "," ...)
+                    start = lo
+                for a, b in sorted(covered):
+                    if a > start:
+                        guard_bad.append((start, a))
+                    start = max(start, b)
+                if start < hi:
+                    guard_bad.append((start, hi))
+        return guard_bad, word_dead

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import inspect
 import logging
 from collections.abc import AsyncIterator
@@ -39,6 +40,9 @@ def _load_runtime(settings: Settings) -> tuple[Any, Verifier, Knowledge]:
     engine = runtime.load_engine(settings.resolved_model_path(), kgs)
     verifier = runtime.RulesVerifier(kgs)
     verifier.warm_up()
+    # The KGs, tries, walk records and rule packs live as long as the process: take them out of the
+    # cyclic GC's view, or each full collection (set off by allocations mid-decode) rescans them all.
+    gc.freeze()
     return engine, verifier, runtime.KgKnowledge(kgs)
 
 

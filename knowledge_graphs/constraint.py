@@ -15,7 +15,8 @@ Two layers, AND-ed into one packed bitmask per (decoding state, allowed set), ca
    name with no allowed continuation is blocked, and so is a token that continues an open match and
    ends exactly on such a name ("Heli" + "um"). Closing is always offered: " The" (toward
    "Theophylline") is usually just a word.
-2. Guarantee (character guard; `knowledge_graphs.surface_guard`). Whatever the tokens, no token
+2. Guarantee (character guard; `knowledge_graphs.surface_guard`, applied to the whole vocabulary
+   per state by `knowledge_graphs.vocab_guard`). Whatever the tokens, no token
    and no EOS may leave a forbidden surface form linked in the normalised text: closing one at a
    word boundary is blocked unless a longer allowed name covers it, either closing at the same
    boundary ("diabetes" in "type 2 diabetes") or still being written ("Nicotine" in "Nicotine

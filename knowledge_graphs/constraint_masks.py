@@ -3,9 +3,12 @@
 `DomainMasks` is built once per (engine, KG): the character trie + vocabulary guard and the index
 of every entity encoding's first tokens. `AllowedView` is one allowed set of it: the token trie of
 the allowed entities' encodings and every mask computed for that set, keyed by the decoding state
-(token-trie node, guard state). Masks are packed int32 bitmasks (`engine.kernels.bitmask` layout),
-computed on the first visit of a state and then reused; views are shared by requests with the
-same allowed set.
+(token-trie node, guard state), computed on the first visit of a state and then reused; views are
+shared by requests with the same allowed set. A mask is kept as its blocked token ids when they
+are few (the common case, applied sparsely) and as a packed int32 bitmask
+(`engine.kernels.bitmask` layout) otherwise or on demand. What a first visit costs is mostly the
+vocabulary guard's (`knowledge_graphs.vocab_guard`), whose allowed-independent part is shared by
+all views of a domain.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from knowledge_graphs.surface_guard import (
     NameTrie,
     advance,
     advance_checked,
+    advance_folded,
     end_violates,
     fold,
 )
@@ -37,6 +41,8 @@ from knowledge_graphs.vocab_guard import SurfaceGuard
 
 MAX_VIEWS = 256            # allowed sets kept per domain (least recently built dropped first)
 MAX_MASKS_PER_VIEW = 50_000
+MAX_PLAIN_STEPS = 500_000
+MAX_CACHED_ENCODINGS = 50_000   # entities
 
 
 def pack_allowed(allowed: np.ndarray, vocab_size: int) -> torch.Tensor:
@@ -116,6 +122,38 @@ class DomainMasks:
         self.boundary_start: list[bool] = [f.startswith(SPACE) for f in folded]
         self.eos_ids = np.array(sorted({i for i in eos_token_ids if 0 <= i < self.vocab_size}), dtype=np.int64)
         self._views: dict[frozenset[str], AllowedView] = {}
+        # per boundary flag: the token's text closes no match (no boundary after its leading ones)
+        self._closes_nothing = {False: [SPACE not in f for f in folded],
+                                True: [SPACE not in f.lstrip(SPACE) for f in folded]}
+        self._plain_steps: dict[tuple[GuardState, int], GuardState] = {}   # memo of `step`, all views
+        self._encodings: dict[str, list[list[int]]] = {}                     # memo of `encodings`
+
+    def encodings(self, entity_ids: Collection[str]) -> list[tuple[str, list[int]]]:
+        """(entity id, token ids) of every variant of every form of `entity_ids` (`encode_forms`),
+        encoded once per domain: allowed sets overlap, and encoding is most of a view's build."""
+        missing = sorted(i for i in entity_ids if i not in self._encodings)
+        if missing:
+            if len(self._encodings) > MAX_CACHED_ENCODINGS:
+                self._encodings.clear()
+            for entity_id in missing:
+                self._encodings[entity_id] = []
+            for entity_id, ids in encode_forms(self.tokenizer, {i: self.forms_by_entity[i] for i in missing},
+                                               self.has_word_chars):
+                self._encodings[entity_id].append(ids)
+        return [(i, ids) for i in sorted(entity_ids) for ids in self._encodings[i]]
+
+    def step(self, guard: GuardState, token_id: int, allowed: AllowedNodes) -> tuple[GuardState, bool]:
+        """`advance_checked` by the token's own text. A token that closes no match, with no
+        obligation pending, moves the state the same way whatever the allowed set: memoised for all views."""
+        if guard.carriers is None and self._closes_nothing[guard.boundary][token_id]:
+            key = (guard, token_id)
+            found = self._plain_steps.get(key)
+            if found is None:
+                if len(self._plain_steps) > MAX_PLAIN_STEPS:
+                    self._plain_steps.clear()
+                found = self._plain_steps[key] = advance_folded(self.name_trie, guard, self.token_folded[token_id])[0]
+            return found, False
+        return advance_checked(self.name_trie, guard, self.token_folded[token_id], allowed)
 
     def view(self, allowed_ids: Collection[str]) -> AllowedView:
         key = frozenset(allowed_ids) & self.entity_ids
@@ -137,8 +175,7 @@ class AllowedView:
         self.domain = domain
         self.allowed_ids = allowed_ids
         self.allowed_nodes = AllowedNodes(domain.name_trie, allowed_ids)
-        self.trie = TokenTrie(encode_forms(
-            domain.tokenizer, {i: domain.forms_by_entity[i] for i in sorted(allowed_ids)}, domain.has_word_chars))
+        self.trie = TokenTrie(domain.encodings(allowed_ids))
         self.live = self._live_nodes()
         # bool [vocab] per boundary flag: what the guard blocks whatever is open, what the root rule blocks
         self._static = {b: domain.guard.static_blocked(b, self.allowed_nodes) for b in (False, True)}
@@ -160,8 +197,7 @@ class AllowedView:
         while stack:
             node, guard = stack.pop()
             for token_id, child in self.trie.children[node].items():
-                after, violated = advance_checked(self.domain.name_trie, guard, self.domain.token_folded[token_id],
-                                                  self.allowed_nodes)
+                after, violated = self.domain.step(guard, token_id, self.allowed_nodes)
                 if violated:
                     continue
                 live.add(child)
@@ -184,7 +220,10 @@ class AllowedView:
         return self._next_state(state, token_id, folded)
 
     def _next_state(self, state: DecodeState, token_id: int, folded: str) -> DecodeState:
-        guard, _ = advance_checked(self.domain.name_trie, state.guard, folded, self.allowed_nodes)
+        if 0 <= token_id < self.domain.vocab_size and folded == self.domain.token_folded[token_id]:   # its own text
+            guard, _ = self.domain.step(state.guard, token_id, self.allowed_nodes)
+        else:
+            guard, _ = advance_checked(self.domain.name_trie, state.guard, folded, self.allowed_nodes)
         node: int | None = None
         if state.trie_node is not None:
             node = self.trie.step(state.trie_node, token_id)

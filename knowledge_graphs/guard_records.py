@@ -65,6 +65,12 @@ class Records:
     close_names: int
 
 
+def prefix_range(strings: list[str], prefix: str, lo: int, hi: int) -> tuple[int, int]:
+    """Positions [a, b) within [lo, hi) of the sorted `strings` that start with `prefix`."""
+    a = bisect.bisect_left(strings, prefix, lo, hi)
+    return a, bisect.bisect_left(strings, prefix + _MAX_CHAR, a, hi)
+
+
 def _key(length: int, lo: int, hi: int, vocab: int) -> int:
     # two prefixes can share a token range (every token starting "acute " may start "acute bac "),
     # never a (length, range)
@@ -89,8 +95,7 @@ def walk_records(trie: NameTrie, strings: list[str], start: int) -> Records:
     while stack:
         node, prefix, lo, hi, spaced = stack.pop()
         extended = prefix + SPACE
-        a = bisect.bisect_left(strings, extended, lo, hi)
-        b = bisect.bisect_left(strings, extended + _MAX_CHAR, a, hi)
+        a, b = prefix_range(strings, extended, lo, hi)
         if a < b:
             space = trie.child(node, SPACE)
             named = node in entities
@@ -103,8 +108,7 @@ def walk_records(trie: NameTrie, strings: list[str], start: int) -> Records:
             if ch == SPACE:
                 continue
             extended = prefix + ch
-            a = bisect.bisect_left(strings, extended, lo, hi)
-            b = bisect.bisect_left(strings, extended + _MAX_CHAR, a, hi)
+            a, b = prefix_range(strings, extended, lo, hi)
             if a == b:
                 continue
             exact_end = bisect.bisect_right(strings, extended, a, b)

@@ -6,7 +6,8 @@ depth-first walk of the name trie from a state's open matches visits only the pr
 has. With no obligation pending, that walk is done once per (trie node, boundary) and domain, the
 allowed set aside (`guard_records`): nodes up to PRECOMPUTE_DEPTH characters deep, whose walks are
 the long ones ("di": thousands of (node, prefix) pairs), at start-up; deeper ones on first use.
-A state with an obligation pending takes the carrier-tracking walk (`_walk`), memoised per allowed set.
+A state with an obligation pending, or one where some token would open one, takes the
+carrier-tracking walk (`_walk`), memoised per allowed set.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from knowledge_graphs.guard_records import Records, evaluate, ranges_to_ids, walk_records
+from knowledge_graphs.guard_records import Records, evaluate, prefix_range, ranges_to_ids, walk_records
 from knowledge_graphs.surface_guard import (
     MAX_IDLE,
     MIN_DEAD_WORD_CHARS,
@@ -29,7 +30,6 @@ from knowledge_graphs.surface_guard import (
     fold,
 )
 
-_MAX_CHAR = "\U0010ffff"
 PRECOMPUTE_DEPTH = 4      # walk records built at start-up for trie nodes this shallow
 MAX_LAZY_RECORDS = 100_000
 NO_IDS = np.zeros(0, dtype=np.int64)
@@ -115,8 +115,8 @@ class SurfaceGuard:
                 allowed.walks.clear()
             walked = allowed.walks[state] = self._walk(state, allowed)
         guard_ranges, dead_ranges = (np.array(r, dtype=np.int64).reshape(-1, 2) for r in walked)
-        return (ranges_to_ids((guard_ranges[:, 0], guard_ranges[:, 1]), perm),
-                ranges_to_ids((dead_ranges[:, 0], dead_ranges[:, 1]), perm))
+        dead = ranges_to_ids((dead_ranges[:, 0], dead_ranges[:, 1]), perm) if dead_words else NO_IDS
+        return ranges_to_ids((guard_ranges[:, 0], guard_ranges[:, 1]), perm), dead
 
     def records(self, node: int, boundary: bool) -> Records:
         key = (node, boundary)
@@ -148,8 +148,7 @@ class SurfaceGuard:
             covered: list[tuple[int, int]] = []     # subranges handled per next character
             for ch in chars:
                 extended = prefix + ch
-                a = bisect.bisect_left(strings, extended, lo, hi)
-                b = bisect.bisect_left(strings, extended + _MAX_CHAR, a, hi)
+                a, b = prefix_range(strings, extended, lo, hi)
                 if a == b:
                     continue
                 if ch == SPACE:

@@ -80,6 +80,8 @@ def test_records_block_what_the_walk_blocks(guard: SurfaceGuard, allowed_mask: l
     guard_ids, dead_ids = guard.blocked(state, allowed)
     assert set(guard_ids.tolist()) == walked_guard
     assert set(dead_ids.tolist()) == walked_dead
+    guard_only, no_dead = guard.blocked(state, allowed, dead_words=False)   # what a state outside a mention asks
+    assert set(guard_only.tolist()) == walked_guard and not len(no_dead)
     if state.carriers is None:
         found = evaluate([guard.records(n, state.boundary) for n in state.nodes], allowed)
         if found is not None:   # the records path itself, not the fallback, agrees

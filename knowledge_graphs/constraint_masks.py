@@ -67,22 +67,33 @@ class CachedMask:
 
     __slots__ = ("_packed", "blocked_ids", "vocab_size")
 
-    def __init__(self, blocked: np.ndarray, vocab_size: int) -> None:
-        """blocked: bool [vocab]."""
+    def __init__(self, parts: list[np.ndarray], vocab_size: int) -> None:
+        """parts: int64 arrays of blocked token ids; together they are the mask (repeats are harmless)."""
         self.vocab_size = vocab_size
-        ids = np.flatnonzero(blocked)
-        # int64 [n] when few tokens are blocked: a cheaper sparse apply
-        self.blocked_ids = torch.from_numpy(ids) if len(ids) <= SPARSE_FRACTION * vocab_size else None
-        self._packed = None if self.blocked_ids is not None else pack_allowed(~blocked, vocab_size)
+        self._packed: torch.Tensor | None = None
+        self.blocked_ids: torch.Tensor | None = None   # int64 [n]: few tokens blocked, a cheaper sparse apply
+        if sum(len(p) for p in parts) <= SPARSE_FRACTION * vocab_size:
+            self.blocked_ids = torch.from_numpy(parts[0] if len(parts) == 1 else np.concatenate([_NONE, *parts]))
+        else:
+            self._packed = pack_allowed(~_union(parts, vocab_size), vocab_size)
 
     @property
     def packed(self) -> torch.Tensor:
         """int32 [words]: the mask itself."""
         if self._packed is None:
-            allowed = np.ones(self.vocab_size, dtype=bool)
-            allowed[self.blocked_ids.numpy()] = False   # type: ignore[union-attr]
-            self._packed = pack_allowed(allowed, self.vocab_size)
+            self._packed = pack_allowed(~_union([self.blocked_ids.numpy()], self.vocab_size), self.vocab_size)  # type: ignore[union-attr]
         return self._packed
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def _union(parts: list[np.ndarray], vocab_size: int) -> np.ndarray:
+    """bool [vocab]: the tokens in any part."""
+    blocked = np.zeros(vocab_size, dtype=bool)
+    for part in parts:
+        blocked[part] = True
+    return blocked
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,9 +189,11 @@ class AllowedView:
         self.trie = TokenTrie(domain.encodings(allowed_ids))
         self.live = self._live_nodes()
         # bool [vocab] per boundary flag: what the guard blocks whatever is open, what the root rule blocks
-        self._static = {b: domain.guard.static_blocked(b, self.allowed_nodes) for b in (False, True)}
-        self._root_blocked = {b: self._root_mask(b) for b in (False, True)}
-        self._both = {b: self._static[b] | self._root_blocked[b] for b in (False, True)}
+        # token ids per boundary flag: what the guard blocks whatever is open, what the root rule blocks
+        self._static = {b: np.flatnonzero(domain.guard.static_blocked(b, self.allowed_nodes)) for b in (False, True)}
+        self._root_blocked = {b: np.flatnonzero(self._root_mask(b)) for b in (False, True)}
+        self._both = {b: np.union1d(self._static[b], self._root_blocked[b]) for b in (False, True)}
+        self._root_off_mention: dict[tuple[int, bool], np.ndarray] = {}   # root rule minus a node's live continuations
         self._live_tokens: dict[int, np.ndarray] = {}   # token-trie node -> its live continuations
         self._masks: dict[DecodeState, CachedMask] = {}
         # outside a mention with no match open, the mask depends on the boundary flag alone
@@ -246,8 +259,8 @@ class AllowedView:
         blocked[ids] = True
         return blocked
 
-    def blocked(self, state: DecodeState) -> np.ndarray:
-        """bool [vocab]: the tokens masked after `state`, the guard's and the steering's together.
+    def blocked(self, state: DecodeState) -> list[np.ndarray]:
+        """Token ids (int64 arrays, repeats harmless) masked after `state`, the guard's and the steering's together.
 
         Guard (the invariant): tokens closing a forbidden name inside themselves or with the open
         matches, and EOS when ending here would leave one linked. Steering: outside a live mention,
@@ -263,26 +276,29 @@ class AllowedView:
         dead_words = state.trie_node is not None and not boundary
         guard_ids, dead_ids = self.domain.guard.blocked(guard_state, self.allowed_nodes, dead_words=dead_words)
         eos = end_violates(self.domain.name_trie, guard_state, self.allowed_nodes)  # ending here closes a forbidden name
+        guard = [self._static[boundary], guard_ids, *([self.domain.eos_ids] if eos else [])]
         if state.trie_node is None:
-            both = self._both[boundary].copy()
-            both[guard_ids] = True
-            if eos:
-                both[self.domain.eos_ids] = True
-            if not both.all():
-                return both
-            steering = self._root_blocked[boundary]   # the root rule left nothing: guard only
+            parts = [self._both[boundary], *guard[1:]]
         else:
-            steering = self._root_blocked[boundary].copy()
-            steering[dead_ids] = True
             # a live continuation may be a single-token name the root rule blocks (" Ohio" in
-            # "Brandenburg v. Ohio" while court:ohio is forbidden)
-            steering[self._live_continuations(state.trie_node)] = False
-        guard = self._static[boundary].copy()
-        guard[guard_ids] = True
-        if eos:
-            guard[self.domain.eos_ids] = True
-        both = guard | steering
-        return guard if both.all() else both
+            # "Brandenburg v. Ohio" while court:ohio is forbidden), or a word the guard finds dead
+            live = self._live_continuations(state.trie_node)
+            if len(dead_ids) and len(live):
+                dead_ids = dead_ids[~np.isin(dead_ids, live)]
+            parts = [*guard, self._root_without(state.trie_node, boundary), dead_ids]
+        parts = [p for p in parts if len(p)]
+        vocab = self.domain.vocab_size
+        if sum(len(p) for p in parts) >= vocab and _union(parts, vocab).all():
+            return [p for p in guard if len(p)]   # the steering left nothing: keep the guarantee alone
+        return parts
+
+    def _root_without(self, node: int, boundary: bool) -> np.ndarray:
+        key = (node, boundary)
+        found = self._root_off_mention.get(key)
+        if found is None:
+            root = self._root_blocked[boundary]
+            found = self._root_off_mention[key] = root[~np.isin(root, self._live_continuations(node))]
+        return found
 
     def _live_continuations(self, node: int) -> np.ndarray:
         found = self._live_tokens.get(node)

@@ -70,6 +70,8 @@ class SurfaceGuard:
             self._single_tok[boundary] = np.array(single_tok, dtype=np.int64)
             self._single_node[boundary] = np.array(single_node, dtype=np.int64)
             self._multi[boundary] = multi
+        self._nothing = AllowedNodes(trie, ())
+        self._unallowed: dict[tuple[frozenset[int], bool], tuple[np.ndarray, np.ndarray]] = {}   # `blocked` memo
         self._records: dict[tuple[int, bool], Records] = {}       # shallow nodes, kept
         self._lazy_records: dict[tuple[int, bool], Records] = {}  # deeper nodes, bounded
         frontier = [0]
@@ -105,6 +107,18 @@ class SurfaceGuard:
             return NO_IDS, NO_IDS
         perm = self._perm[state.boundary]
         if state.carriers is None:
+            if allowed.live.isdisjoint(state.nodes):
+                # nothing allowed at or below any open match (the usual case: an ordinary word, or a
+                # forbidden name): the records read the allowed set only there, so the answer is
+                # the one for an empty allowed set, shared by all views
+                key = (state.nodes, state.boundary)
+                ids = self._unallowed.get(key)
+                if ids is None:
+                    if len(self._unallowed) >= MAX_LAZY_RECORDS:
+                        self._unallowed.clear()
+                    guard, dead = evaluate([self.records(n, state.boundary) for n in state.nodes], self._nothing)  # type: ignore[misc]
+                    ids = self._unallowed[key] = (ranges_to_ids(guard, perm), ranges_to_ids(dead, perm))
+                return ids[0], ids[1] if dead_words else NO_IDS
             found = evaluate([self.records(n, state.boundary) for n in state.nodes], allowed, dead_words=dead_words)
             if found is not None:
                 guard, dead = found

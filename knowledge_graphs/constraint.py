@@ -156,7 +156,7 @@ class _Request:
     decoder: codecs.IncrementalDecoder
     position: int = 0                        # index of the next generated token
     pending: bool = False                    # the decoder holds part of a UTF-8 character
-    blocked: tuple[int, list[str]] | None = None   # (position, entity ids) awaiting the chosen token
+    blocked: int | None = None   # the model's favourite token this step, if the mask removed it
     events: list[ProcessorEvent] = field(default_factory=list)
 
 
@@ -259,10 +259,8 @@ class KGConstraintProcessor(LogitsProcessor):
         if logits.shape[-1] > vocab:  # ids past the vocabulary never write a mention
             rows = torch.tensor(sparse_rows + dense_rows, dtype=torch.long, device=logits.device)
             logits[rows, vocab:] = float("-inf")
-        for row, token_id in dropped:
-            request = self._requests[request_ids[row]]  # type: ignore[index]
-            blocked = request.view.explain(request.state, token_id, self.token_texts[token_id])
-            request.blocked = (request.position, blocked)
+        for row, token_id in dropped:   # explained once the step's token is known (`accept_token`)
+            self._requests[request_ids[row]].blocked = token_id  # type: ignore[index]
 
     def _apply_sparse(self, logits: torch.Tensor, best: torch.Tensor, rows: list[int],
                       blocked_ids: list[torch.Tensor]) -> list[tuple[int, int]]:
@@ -299,14 +297,18 @@ class KGConstraintProcessor(LogitsProcessor):
         request = self._requests.get(request_id)
         if request is None:
             return
+        favourite, request.blocked = request.blocked, None
+        if favourite is None:
+            self._advance(request, token_id)
+            return
+        position = request.position
+        # the state the mask was made for, before this step's token moves it on
+        blocked_ids = request.view.explain(request.state, favourite, self.token_texts[favourite])
         self._advance(request, token_id)
-        if request.blocked is not None:
-            position, blocked_ids = request.blocked
-            request.blocked = None
-            request.events.append(ProcessorEvent(
-                self.name, position, "blocked",
-                {"blocked_entity_ids": blocked_ids, "chosen_entity_id": request.view.chosen(request.state)},
-            ))
+        request.events.append(ProcessorEvent(
+            self.name, position, "blocked",
+            {"blocked_entity_ids": blocked_ids, "chosen_entity_id": request.view.chosen(request.state)},
+        ))
 
     def _advance(self, request: _Request, token_id: int) -> None:
         if not 0 <= token_id < self.vocab_size:

@@ -137,12 +137,11 @@ def _group_max(keys: np.ndarray, columns: list[np.ndarray]) -> tuple[np.ndarray,
     return order[starts], [np.maximum.reduceat(c[order], starts) for c in columns]
 
 
-def evaluate(parts: list[Records], allowed: AllowedNodes, *, dead_words: bool = True) -> tuple[Ranges, Ranges] | None:
+def evaluate(parts: list[Records], allowed: AllowedNodes) -> tuple[Ranges, Ranges] | None:
     """(guard-blocked ranges, dead-word ranges) for the state whose open matches have these
-    records, under one allowed set; None when a closing would open an obligation. dead_words=False:
-    the dead-word ranges are not wanted (left empty)."""
+    records, under one allowed set; None when a closing would open an obligation."""
     if len(parts) == 1:
-        return _evaluate_one(parts[0], allowed, dead_words)
+        return _evaluate_one(parts[0], allowed)
     live = allowed.live_array
 
     def cat(name: str) -> np.ndarray:
@@ -176,12 +175,12 @@ def evaluate(parts: list[Records], allowed: AllowedNodes, *, dead_words: bool = 
         first, (dead, live_depth, d) = _group_max(cat("exact_key"), [dead, live_depth, d])
         exact_lo, exact_hi, spaced = exact_lo[first], exact_hi[first], spaced[first]
         dead_end = (dead >= 0) & (live_depth < dead)          # `AllowedNodes.dead_end`
-        word_dead = ~dead_end & ~spaced & (live_depth < 0) & (d >= MIN_DEAD_WORD_CHARS) & dead_words
+        word_dead = ~dead_end & ~spaced & (live_depth < 0) & (d >= MIN_DEAD_WORD_CHARS)
     guard = (np.concatenate([close_lo[bad], exact_lo[dead_end]]), np.concatenate([close_hi[bad], exact_hi[dead_end]]))
     return guard, (exact_lo[word_dead], exact_hi[word_dead])
 
 
-def _evaluate_one(records: Records, allowed: AllowedNodes, dead_words: bool) -> tuple[Ranges, Ranges] | None:
+def _evaluate_one(records: Records, allowed: AllowedNodes) -> tuple[Ranges, Ranges] | None:
     """`evaluate` for one open match: every group holds one node, so the depth comparisons drop
     out and only the records where a name ends, or a dead word may, matter."""
     live = allowed.live_array
@@ -199,7 +198,7 @@ def _evaluate_one(records: Records, allowed: AllowedNodes, dead_words: bool) -> 
         if dead_end.any():
             guard = (np.concatenate([guard[0], records.exact_lo[:names][dead_end]]),
                      np.concatenate([guard[1], records.exact_hi[:names][dead_end]]))
-    if dead_words and words > names:
+    if words > names:
         word_dead = ~live[records.exact_node[names:words]]
         dead = (records.exact_lo[names:words][word_dead], records.exact_hi[names:words][word_dead])
     return guard, dead

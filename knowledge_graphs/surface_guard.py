@@ -243,12 +243,16 @@ class AllowedNodes:
     def __init__(self, trie: NameTrie, allowed_ids: Iterable[str]) -> None:
         self.trie = trie
         self.nodes = frozenset(n for i in allowed_ids for n in trie.nodes_of_entity.get(i, ()))
-        # nodes with an allowed name at or below them: a match there may still become allowed
-        self.live: set[int] = set()
-        for node in self.nodes:
-            while node > 0 and node not in self.live:
-                self.live.add(node)
+        # nodes with an allowed name at or below them: a match there may still become allowed;
+        # `below`: which allowed names (their terminal nodes) lie at or below each such node
+        below: dict[int, set[int]] = {}
+        for terminal in self.nodes:
+            node = terminal
+            while node > 0:
+                below.setdefault(node, set()).add(terminal)
                 node = trie.parent[node]
+        self.live: set[int] = set(below)
+        self.below: dict[int, frozenset[int]] = {node: frozenset(names) for node, names in below.items()}
         # the same as bool [num_nodes + 1] arrays (trie.sentinel last), for vectorised checks
         self.allowed_array = np.zeros(trie.sentinel + 1, dtype=bool)
         self.live_array = np.zeros(trie.sentinel + 1, dtype=bool)

@@ -70,8 +70,8 @@ class SurfaceGuard:
             self._single_tok[boundary] = np.array(single_tok, dtype=np.int64)
             self._single_node[boundary] = np.array(single_node, dtype=np.int64)
             self._multi[boundary] = multi
-        self._nothing = AllowedNodes(trie, ())
-        self._unallowed: dict[tuple[frozenset[int], bool], tuple[np.ndarray, np.ndarray]] = {}   # `blocked` memo
+        # `blocked` memo: (open matches, boundary, allowed names below them) -> (guard ids, dead-word ids)
+        self._shared: dict[tuple[frozenset[int], bool, frozenset[int]], tuple[np.ndarray, np.ndarray]] = {}
         self._records: dict[tuple[int, bool], Records] = {}       # shallow nodes, kept
         self._lazy_records: dict[tuple[int, bool], Records] = {}  # deeper nodes, bounded
         frontier = [0]
@@ -107,22 +107,20 @@ class SurfaceGuard:
             return NO_IDS, NO_IDS
         perm = self._perm[state.boundary]
         if state.carriers is None:
-            if allowed.live.isdisjoint(state.nodes):
-                # nothing allowed at or below any open match (the usual case: an ordinary word, or a
-                # forbidden name): the records read the allowed set only there, so the answer is
-                # the one for an empty allowed set, shared by all views
-                key = (state.nodes, state.boundary)
-                ids = self._unallowed.get(key)
-                if ids is None:
-                    if len(self._unallowed) >= MAX_LAZY_RECORDS:
-                        self._unallowed.clear()
-                    guard, dead = evaluate([self.records(n, state.boundary) for n in state.nodes], self._nothing)  # type: ignore[misc]
-                    ids = self._unallowed[key] = (ranges_to_ids(guard, perm), ranges_to_ids(dead, perm))
+            # The records read the allowed set only at and below the open matches, so the answer
+            # is shared by every allowed set with the same allowed names there: usually none (an
+            # ordinary word, or a forbidden name), else the names the text is on its way to.
+            below = frozenset().union(*(allowed.below.get(n, ()) for n in state.nodes))
+            key = (state.nodes, state.boundary, below)
+            ids = self._shared.get(key)
+            if ids is None:
+                found = evaluate([self.records(n, state.boundary) for n in state.nodes], allowed)
+                if found is not None:   # None: an obligation may open, the walk below decides
+                    if len(self._shared) >= MAX_LAZY_RECORDS:
+                        self._shared.clear()
+                    ids = self._shared[key] = (ranges_to_ids(found[0], perm), ranges_to_ids(found[1], perm))
+            if ids is not None:
                 return ids[0], ids[1] if dead_words else NO_IDS
-            found = evaluate([self.records(n, state.boundary) for n in state.nodes], allowed, dead_words=dead_words)
-            if found is not None:
-                guard, dead = found
-                return ranges_to_ids(guard, perm), ranges_to_ids(dead, perm)
         walked = allowed.walks.get(state)
         if walked is None:
             if len(allowed.walks) > 50_000:

@@ -88,15 +88,15 @@ class CachedMask:
 _NONE = np.zeros(0, dtype=np.int64)
 
 
-def _without(ids: np.ndarray, remove: np.ndarray) -> np.ndarray:
-    """`ids` less those in `remove`; a mention has few live continuations, and np.isin's sort or
-    table costs tens of microseconds even then."""
-    if len(remove) > 16:
-        return ids[~np.isin(ids, remove)]
-    keep = np.ones(len(ids), dtype=bool)
-    for token_id in remove.tolist():
-        keep &= ids != token_id
-    return ids[keep]
+def _without(ids: np.ndarray, remove: np.ndarray, scratch: np.ndarray) -> np.ndarray:
+    """`ids` less those in `remove`. scratch: a bool [vocab] array of False, left as found (a
+    lookup table beats np.isin's sort by tens of microseconds at these sizes)."""
+    if not len(ids) or not len(remove):
+        return ids
+    scratch[remove] = True
+    hit = scratch[ids]
+    scratch[remove] = False
+    return ids[~hit] if hit.any() else ids
 
 
 def _union(parts: list[np.ndarray], vocab_size: int) -> np.ndarray:
@@ -144,6 +144,7 @@ class DomainMasks:
         self.boundary_start: list[bool] = [f.startswith(SPACE) for f in folded]
         self.eos_ids = np.array(sorted({i for i in eos_token_ids if 0 <= i < self.vocab_size}), dtype=np.int64)
         self._views: dict[frozenset[str], AllowedView] = {}
+        self.scratch = np.zeros(self.vocab_size, dtype=bool)   # for `_without`; all False between uses
         # per boundary flag: the token's text closes no match (no boundary after its leading ones)
         self._closes_nothing = {False: [SPACE not in f for f in folded],
                                 True: [SPACE not in f.lstrip(SPACE) for f in folded]}
@@ -198,6 +199,8 @@ class AllowedView:
         self.allowed_ids = allowed_ids
         self.allowed_nodes = AllowedNodes(domain.name_trie, allowed_ids)
         self.trie = TokenTrie(domain.encodings(allowed_ids))
+        # token-trie node -> the tokens that continue it toward an allowed name without a violation
+        self._live_children: dict[int, list[int]] = {}
         self.live = self._live_nodes()
         # bool [vocab] per boundary flag: what the guard blocks whatever is open, what the root rule blocks
         # token ids per boundary flag: what the guard blocks whatever is open, what the root rule blocks
@@ -217,6 +220,7 @@ class AllowedView:
         `advance_checked`: "Nicotine" + " dependence" is fine when "Nicotine dependence" is allowed):
         the guard would block them, so steering must not lead there."""
         live: set[int] = set()
+        vocab = self.domain.vocab_size
         stack = [(ROOT, GuardState())]
         while stack:
             node, guard = stack.pop()
@@ -225,6 +229,8 @@ class AllowedView:
                 if violated:
                     continue
                 live.add(child)
+                if token_id < vocab:
+                    self._live_children.setdefault(node, []).append(token_id)
                 stack.append((child, after))
         return frozenset(live)
 
@@ -295,7 +301,7 @@ class AllowedView:
             # "Brandenburg v. Ohio" while court:ohio is forbidden), or a word the guard finds dead
             live = self._live_continuations(state.trie_node)
             if len(dead_ids) and len(live):
-                dead_ids = _without(dead_ids, live)
+                dead_ids = _without(dead_ids, live, self.domain.scratch)
             parts = [*guard, self._root_without(state.trie_node, boundary), dead_ids]
         parts = [p for p in parts if len(p)]
         vocab = self.domain.vocab_size
@@ -308,15 +314,13 @@ class AllowedView:
         found = self._root_off_mention.get(key)
         if found is None:
             root = self._root_blocked[boundary]
-            found = self._root_off_mention[key] = _without(root, self._live_continuations(node))
+            found = self._root_off_mention[key] = _without(root, self._live_continuations(node), self.domain.scratch)
         return found
 
     def _live_continuations(self, node: int) -> np.ndarray:
         found = self._live_tokens.get(node)
         if found is None:
-            vocab = self.domain.vocab_size
-            found = self._live_tokens[node] = np.array(
-                [t for t, child in self.trie.children[node].items() if child in self.live and t < vocab], dtype=np.int64)
+            found = self._live_tokens[node] = np.array(self._live_children.get(node, ()), dtype=np.int64)
         return found
 
     def mask(self, state: DecodeState) -> torch.Tensor:

@@ -10,8 +10,9 @@ set (the anchors named in the prompt plus their neighbourhood, `allowed_entities
 Violations are counted on runs that end by EOS; decode throughput (generated tokens / wall time,
 constraint off vs on, interleaved repeats, medians) on fixed-length runs (ignore_eos), so both
 sides decode the same batch shapes.
-Mask cost: wall time of KGConstraintProcessor.apply per call divided by the rows it constrained,
-in three regimes:
+Mask cost: wall time of KGConstraintProcessor.apply per call divided by the rows it constrained
+(the audit event naming what a blocked favourite token headed for is built later, in
+accept_token, once per intervention), in three regimes:
 - mask_us_p50/p99: the timed runs, every decoding state's mask already cached by the warm-up (a
   server seeing the same allowed sets again);
 - mask_us_p50_new_set/p99_new_set: the prompts again, each allowed set widened by one unrelated

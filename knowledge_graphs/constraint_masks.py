@@ -144,7 +144,8 @@ class DomainMasks:
         self.boundary_start: list[bool] = [f.startswith(SPACE) for f in folded]
         self.eos_ids = np.array(sorted({i for i in eos_token_ids if 0 <= i < self.vocab_size}), dtype=np.int64)
         self._views: dict[frozenset[str], AllowedView] = {}
-        self.scratch = np.zeros(self.vocab_size, dtype=bool)   # for `_without`; all False between uses
+        # for `_without`; all False between uses (the engine calls a processor from one thread)
+        self.scratch = np.zeros(self.vocab_size, dtype=bool)
         # per boundary flag: the token's text closes no match (no boundary after its leading ones)
         self._closes_nothing = {False: [SPACE not in f for f in folded],
                                 True: [SPACE not in f.lstrip(SPACE) for f in folded]}
@@ -202,7 +203,6 @@ class AllowedView:
         # token-trie node -> the tokens that continue it toward an allowed name without a violation
         self._live_children: dict[int, list[int]] = {}
         self.live = self._live_nodes()
-        # bool [vocab] per boundary flag: what the guard blocks whatever is open, what the root rule blocks
         # token ids per boundary flag: what the guard blocks whatever is open, what the root rule blocks
         self._static = {b: np.flatnonzero(domain.guard.static_blocked(b, self.allowed_nodes)) for b in (False, True)}
         self._root_blocked = {b: np.flatnonzero(self._root_mask(b)) for b in (False, True)}

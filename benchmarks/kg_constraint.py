@@ -8,8 +8,8 @@ forbidden names; with it, each forbidden name is blocked wherever it starts. Out
 with the exact linker (drug and condition types) to count mentions outside each request's allowed
 set (the anchors named in the prompt plus their neighbourhood, `allowed_entities`).
 Violations are counted on runs that end by EOS; decode throughput (generated tokens / wall time,
-constraint off vs on, interleaved repeats, medians) on fixed-length runs (ignore_eos), so both
-sides decode the same batch shapes.
+constraint off vs on, the two engines stepping in turn, median of the repeats' ratios) on
+fixed-length runs (ignore_eos), so both sides decode the same batch shapes.
 Mask cost: wall time of KGConstraintProcessor.apply per call divided by the rows it constrained
 (the audit event naming what a blocked favourite token headed for is built later, in
 accept_token, once per intervention), in three regimes:
@@ -226,20 +226,35 @@ def _run(args: argparse.Namespace, kg: KnowledgeGraph, work: list[tuple[str, lis
     widened = on.generate(prompts, params(True, False, extra_entity=_unrelated_entity(kg, allowed)))
     new_set_us = sorted(1e6 * seconds / rows for seconds, rows in kg_processor.calls)
     kg_processor.calls.clear()
-    runs = {"off": lambda: off.generate(prompts, params(False, True)),
-            "on": lambda: on.generate(prompts, params(True, True))}
-    for run in runs.values():   # warm-up: first visits of decoding states fill the mask cache
-        run()
+    engines = {"off": (off, params(False, True)), "on": (on, params(True, True))}
+    tokens = BATCH * longest   # fixed length: every request decodes `longest` tokens
+
+    def interleaved(tag: str) -> dict[str, float]:
+        """Both engines decode the same batch, one step each in turn (the first alternating): seconds
+        per engine. Stepping in turn makes drifts in this shared machine's speed hit both alike."""
+        for name, (engine, batch_params) in engines.items():
+            for i, (prompt, request_params) in enumerate(zip(prompts, batch_params, strict=True)):
+                engine.add_request(f"{tag}-{name}-{i}", prompt, request_params)
+        seconds = dict.fromkeys(engines, 0.0)
+        turn = 0
+        while any(engine.has_unfinished() for engine, _ in engines.values()):
+            for name in (["off", "on"] if turn % 2 == 0 else ["on", "off"]):
+                engine = engines[name][0]
+                if engine.has_unfinished():
+                    start = time.perf_counter()
+                    engine.step()
+                    seconds[name] += time.perf_counter() - start
+            turn += 1
+        return seconds
+
+    interleaved("warmup")   # first visits of decoding states fill the mask cache
     kg_processor.calls.clear()
     cached_before = _cached_masks(kg_processor)
     repeats = args.repeats or 5
-    tok_s: dict[str, list[float]] = {name: [] for name in runs}
-    for repeat in range(repeats):
-        for name in (["off", "on"] if repeat % 2 == 0 else ["on", "off"]):
-            t0 = time.perf_counter()
-            result = runs[name]()
-            tok_s[name].append(sum(len(o.token_ids) for o in result) / (time.perf_counter() - t0))
-        log(f"[{repeat}] off {tok_s['off'][-1]:.0f} tok/s, on {tok_s['on'][-1]:.0f} tok/s")
+    timed = [interleaved(f"r{repeat}") for repeat in range(repeats)]
+    for repeat, seconds in enumerate(timed):
+        log(f"[{repeat}] off {tokens / seconds['off']:.0f} tok/s, on {tokens / seconds['on']:.0f} tok/s")
+    tok_s = {name: [tokens / seconds[name] for seconds in timed] for name in engines}
 
     new_states = _cached_masks(kg_processor) - cached_before
     per_row_us = sorted(1e6 * seconds / rows for seconds, rows in kg_processor.calls)
@@ -249,7 +264,7 @@ def _run(args: argparse.Namespace, kg: KnowledgeGraph, work: list[tuple[str, lis
     rate_off, mentions_off = violation_rate(linker, [o.text for o in outputs["off"]], allowed)
     events = sum(len(o.events) for o in outputs["on"])
     emit({
-        "overhead_frac": round(1 - median(tok_s["on"]) / median(tok_s["off"]), 4),
+        "overhead_frac": round(1 - median([t["off"] / t["on"] for t in timed]), 4),
         "mask_us_p50": round(statistics.median(per_row_us), 2),
         "mask_us_p99": _p99(per_row_us),
         "mask_us_p50_new_set": round(statistics.median(new_set_us), 2),

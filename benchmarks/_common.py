@@ -9,7 +9,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,3 +79,25 @@ def emit(result: dict[str, Any], as_json: bool) -> None:
 def log(message: str) -> None:
     """Progress goes to stderr so stdout stays one JSON object."""
     print(message, file=sys.stderr, flush=True)
+
+
+def step_in_turn(engines: dict[str, tuple[Any, Sequence[Any]]], prompts: Sequence[Any], tag: str) -> dict[str, float]:
+    """Every engine decodes `prompts` (with its own per-prompt sampling params), one step each in
+    turn, the engine that goes first rotating: seconds spent per engine. Stepping in turn makes
+    drifts in this shared machine's speed hit every engine alike."""
+    for name, (engine, params) in engines.items():
+        for i, (prompt, request_params) in enumerate(zip(prompts, params, strict=True)):
+            engine.add_request(f"{tag}-{name}-{i}", prompt, request_params)
+    names = list(engines)
+    seconds = dict.fromkeys(names, 0.0)
+    turn = 0
+    while any(engine.has_unfinished() for engine, _ in engines.values()):
+        shift = turn % len(names)
+        for name in names[shift:] + names[:shift]:
+            engine = engines[name][0]
+            if engine.has_unfinished():
+                start = time.perf_counter()
+                engine.step()
+                seconds[name] += time.perf_counter() - start
+        turn += 1
+    return seconds

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks._common import emit, log, median, parse_args
+from benchmarks._common import emit, log, median, parse_args, step_in_turn
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.logits_process import LogitsProcessor
@@ -229,29 +229,12 @@ def _run(args: argparse.Namespace, kg: KnowledgeGraph, work: list[tuple[str, lis
     engines = {"off": (off, params(False, True)), "on": (on, params(True, True))}
     tokens = BATCH * longest   # fixed length: every request decodes `longest` tokens
 
-    def interleaved(tag: str) -> dict[str, float]:
-        """Both engines decode the same batch, one step each in turn (the first alternating): seconds
-        per engine. Stepping in turn makes drifts in this shared machine's speed hit both alike."""
-        for name, (engine, batch_params) in engines.items():
-            for i, (prompt, request_params) in enumerate(zip(prompts, batch_params, strict=True)):
-                engine.add_request(f"{tag}-{name}-{i}", prompt, request_params)
-        seconds = dict.fromkeys(engines, 0.0)
-        turn = 0
-        while any(engine.has_unfinished() for engine, _ in engines.values()):
-            for name in (["off", "on"] if turn % 2 == 0 else ["on", "off"]):
-                engine = engines[name][0]
-                if engine.has_unfinished():
-                    start = time.perf_counter()
-                    engine.step()
-                    seconds[name] += time.perf_counter() - start
-            turn += 1
-        return seconds
-
-    interleaved("warmup")   # first visits of decoding states fill the mask cache
+    step_in_turn(engines, prompts, "warmup")   # first visits of decoding states fill the mask cache
     kg_processor.calls.clear()
     cached_before = _cached_masks(kg_processor)
     repeats = args.repeats or 5
-    timed = [interleaved(f"r{repeat}") for repeat in range(repeats)]
+    # the engines step in turn (`step_in_turn`), so drifts in this shared machine's speed hit both alike
+    timed = [step_in_turn(engines, prompts, f"r{repeat}") for repeat in range(repeats)]
     for repeat, seconds in enumerate(timed):
         log(f"[{repeat}] off {tokens / seconds['off']:.0f} tok/s, on {tokens / seconds['on']:.0f} tok/s")
     tok_s = {name: [tokens / seconds[name] for seconds in timed] for name in engines}

@@ -8,12 +8,11 @@ sum of its own step times. Repeats, medians of the per-repeat ratios.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import torch
 
-from benchmarks._common import bench_checkpoint, emit, log, median, parse_args, random_prompt
+from benchmarks._common import bench_checkpoint, emit, log, median, parse_args, random_prompt, step_in_turn
 from engine.config import EngineConfig
 from engine.kernels.bitmask import bitmask_from_token_ids, bitmask_words
 from engine.kernels.dispatch import apply_token_bitmask
@@ -74,33 +73,17 @@ def main() -> None:
     prompts = [random_prompt(rng, PROMPT_TOKENS) for _ in range(BATCH)]
     free = SamplingParams(temperature=0, max_tokens=OUTPUT_TOKENS, ignore_eos=True)
     constrained = SamplingParams(temperature=0, max_tokens=OUTPUT_TOKENS, ignore_eos=True, extra_args={"allow": "even"})
-    engines = {"plain": (plain, free), "idle": (idle, free), "masked": (masked, constrained)}
+    engines = {"plain": (plain, [free] * BATCH), "idle": (idle, [free] * BATCH),
+               "masked": (masked, [constrained] * BATCH)}
     names = list(engines)
-
-    def run_interleaved(tag: str) -> dict[str, float]:
-        """All three engines decode the same batch, one step each in turn; seconds spent per engine."""
-        seconds = dict.fromkeys(names, 0.0)
-        for engine, params in engines.values():
-            for i, prompt in enumerate(prompts):
-                engine.add_request(f"{tag}-{i}", prompt, params)
-        turn = 0
-        while any(engine.has_unfinished() for engine, _ in engines.values()):
-            for name in names[turn % 3 :] + names[: turn % 3]:
-                engine = engines[name][0]
-                if engine.has_unfinished():
-                    start = time.perf_counter()
-                    engine.step()
-                    seconds[name] += time.perf_counter() - start
-            turn += 1
-        return seconds
 
     check = masked.generate(prompts[:2], constrained)
     assert all(t % 2 == 0 for o in check for t in o.token_ids), "mask not applied"
-    run_interleaved("warmup")
+    step_in_turn(engines, prompts, "warmup")
     repeats = args.repeats or 5
     totals: dict[str, list[float]] = {name: [] for name in names}
     for repeat in range(repeats):
-        seconds = run_interleaved(f"r{repeat}")
+        seconds = step_in_turn(engines, prompts, f"r{repeat}")   # all three decode the batch in turn
         for name in names:
             totals[name].append(seconds[name])
         log(f"[{repeat}] " + ", ".join(f"{n} {seconds[n]:.2f}s" for n in names))

@@ -14,27 +14,27 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from auditor import scoring
 from auditor.api import audits, chat, completions, health, models, reaudits
+from auditor.api.deps import Services
 from auditor.api.errors import audit_store_unavailable, error_response, install_error_handlers
 from auditor.api.limits import BodySizeLimit
-from auditor.api.state import Services
-from auditor.db import Database
+from auditor.auth.keys import any_active_key
 from auditor.gate.gate import NoClaimVerifier, Verifier
-from auditor.inference import AuditUnavailable, BadRequest, InferenceService
-from auditor.keys import any_active_key
-from auditor.knowledge import Knowledge, NoKnowledge
-from auditor.metrics import ServiceMetrics
+from auditor.jobs import scoring
+from auditor.jobs.inprocess import EmbeddedWorker
+from auditor.jobs.settings import WorkerSettings
+from auditor.serving.inference import AuditUnavailable, BadRequest, InferenceService
+from auditor.serving.knowledge import Knowledge, NoKnowledge
+from auditor.serving.metrics import ServiceMetrics
 from auditor.settings import Settings, get_settings
-from auditor.tasks_inprocess import EmbeddedWorker
-from auditor.worker_settings import WorkerSettings
+from auditor.store.database import Database
 
 logger = logging.getLogger("auditor")
 
 
 def _load_runtime(settings: Settings) -> tuple[Any, Verifier, Knowledge]:
     """Engine, validators and KGs for production. Imported here: they pull in torch, xgrammar and the KGs."""
-    from auditor import runtime
+    from auditor.serving import runtime
 
     kgs = runtime.load_kgs(settings.domains)
     engine = runtime.load_engine(settings.resolved_model_path(), kgs)

@@ -27,9 +27,9 @@ from typing import Any
 
 from sqlalchemy import create_engine, text
 
-from auditor.audit_log import NewRecord, append_record
-from auditor.db import Database
 from auditor.gate.pii import redact_pii
+from auditor.store.database import Database
+from auditor.trail.records import NewRecord, append_record
 
 KEY = b"benchmark-hmac-key"
 CHECKPOINT_INTERVAL = 100
@@ -163,7 +163,7 @@ def _opened(backends: dict[str, Callable[[], Any]]) -> Iterator[dict[str, Databa
 
 
 def _verify(database: Database) -> bool:
-    from auditor.chain import verify_chain
+    from auditor.trail.chain import verify_chain
 
     with database.engine.connect() as conn:
         return verify_chain(conn, KEY).ok

@@ -5,7 +5,7 @@ facts, with gold answers from the KG; written by `python -m scripts.demo_corpus 
 is generated twice through the engine with the same seed: once free ("off") and once with the
 `kg_constraint` logits processor restricted to the prompt's KG neighbourhood ("on"). The anchors are
 the entities linked in the prompt and the allowed set their KG neighbourhood, computed by the
-service's own `auditor.runtime.KgKnowledge`; like the service, a prompt that names no entity runs
+service's own `auditor.serving.runtime.KgKnowledge`; like the service, a prompt that names no entity runs
 unconstrained (reported as `unanchored_prompts`; such outputs are not judged for violations).
 
 Scores per output:
@@ -106,7 +106,7 @@ class DomainKG:
         from knowledge_graphs.linking import get_linker
 
         self.kg = kg
-        self.knowledge = knowledge                                        # auditor.runtime.KgKnowledge
+        self.knowledge = knowledge                                        # auditor.serving.runtime.KgKnowledge
         self.constrained_types: frozenset[str] = DOMAIN_DEFAULTS[kg.domain].types
         self.output_linker = get_linker(kg, self.constrained_types)       # what the constraint governs
         self.any_linker = get_linker(kg)                                  # every entity type, for gold answers
@@ -173,7 +173,7 @@ def evaluate(args: argparse.Namespace) -> tuple[dict[str, Any], list[tuple[Score
     domains = sorted({p["domain"] for p in prompts})
     log(f"loading KGs {domains} ...")
     kgs = {d: load_kg(d) for d in domains}
-    from auditor.runtime import KgKnowledge  # the service's wiring: measure what it does
+    from auditor.serving.runtime import KgKnowledge  # the service's wiring: measure what it does
 
     knowledge = KgKnowledge(kgs)
     domain_kgs = {d: DomainKG(kg, knowledge) for d, kg in kgs.items()}

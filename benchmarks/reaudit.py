@@ -34,12 +34,12 @@ from typing import Any
 from celery import Celery
 from sqlalchemy import create_engine, func, select, text
 
-from auditor import reaudit, scoring
-from auditor.audit_log import NewRecord, append_in_transaction
-from auditor.db import Database
-from auditor.models import Evaluation
-from auditor.worker import CeleryTaskQueue, configure
-from auditor.worker_settings import WorkerSettings
+from auditor.jobs import reaudit, scoring
+from auditor.jobs.settings import WorkerSettings
+from auditor.jobs.worker import CeleryTaskQueue, configure
+from auditor.store.database import Database
+from auditor.trail.models import Evaluation
+from auditor.trail.records import NewRecord, append_in_transaction
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "benchmarks" / "data"
@@ -111,7 +111,7 @@ def start_workers(count: int, *, database_url: str, redis_url: str, queue: str, 
     celery = str(Path(sys.executable).with_name("celery"))
     return [
         subprocess.Popen(
-            [celery, "-A", "auditor.worker:celery_app", "worker", "--pool=solo", f"--queues={queue}",
+            [celery, "-A", "auditor.jobs.worker:celery_app", "worker", "--pool=solo", f"--queues={queue}",
              f"--hostname=bench{n}-{queue}@%h", "--without-gossip", "--without-mingle", "--loglevel=warning"],
             cwd=REPO, env=environment, stdout=(log_dir / f"worker{n}.log").open("wb"), stderr=subprocess.STDOUT)
         for n in range(count)

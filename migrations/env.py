@@ -1,4 +1,4 @@
-"""Alembic environment. The engine comes from `auditor.db.alembic_config` (config.attributes["engine"]),
+"""Alembic environment. The engine comes from `auditor.store.database.alembic_config` (config.attributes["engine"]),
 or from AUDITOR_DATABASE_URL when alembic is run by hand."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Engine, create_engine
 
-import auditor.jobs_models  # noqa: F401  (registers the re-audit tables on Base.metadata)
-from auditor.models import Base
+import auditor.jobs.models  # noqa: F401  (registers the re-audit tables on Base.metadata)
+from auditor.trail.models import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -10,13 +10,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 
-from auditor import audit_log, chain
+from auditor.api.deps import get_services
 from auditor.api.errors import ApiError
-from auditor.api.state import get_services
-from auditor.audit_log import AuditQueryError
-from auditor.auth import Principal, authenticate, require_role
-from auditor.export import export_lines
-from auditor.schemas import (
+from auditor.auth.principal import Principal, authenticate, require_role
+from auditor.trail import chain
+from auditor.trail import records as audit_log
+from auditor.trail.export import export_lines
+from auditor.trail.records import AuditQueryError
+from auditor.trail.schemas import (
     AuditFilters,
     AuditPage,
     AuditRecordOut,

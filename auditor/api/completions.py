@@ -8,12 +8,12 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from auditor.api.deps import get_services
 from auditor.api.errors import ApiError
 from auditor.api.openai_format import completion_body, now, request_context, sampling_params
-from auditor.api.state import get_services
 from auditor.api.streaming import event_stream, start_stream
-from auditor.auth import Principal, authenticate, require_role
-from auditor.schemas import CompletionRequest
+from auditor.auth.principal import Principal, authenticate, require_role
+from auditor.trail.schemas import CompletionRequest
 
 router = APIRouter(tags=["inference"])
 

@@ -8,7 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
-from auditor.api.state import get_services
+from auditor.api.deps import get_services
 
 router = APIRouter(tags=["operations"])
 

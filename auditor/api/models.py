@@ -6,8 +6,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 
-from auditor.api.state import get_request_settings, get_services
-from auditor.auth import Principal, authenticate
+from auditor.api.deps import get_request_settings, get_services
+from auditor.auth.principal import Principal, authenticate
 from auditor.settings import Settings
 
 router = APIRouter(tags=["inference"])

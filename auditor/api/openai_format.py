@@ -12,10 +12,10 @@ from typing import Any
 from fastapi import Request
 
 from auditor.api.errors import ApiError
-from auditor.auth import Principal
-from auditor.inference import Outcome, RequestContext
-from auditor.schemas import ChatCompletionRequest, CompletionRequest
+from auditor.auth.principal import Principal
+from auditor.serving.inference import Outcome, RequestContext
 from auditor.settings import Settings
+from auditor.trail.schemas import ChatCompletionRequest, CompletionRequest
 from engine.outputs import TokenLogprob
 from engine.sampling_params import SamplingParams
 

@@ -16,12 +16,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from auditor import audit_log, reaudit, scoring
+from auditor.api.deps import get_services
 from auditor.api.errors import ApiError
-from auditor.api.state import get_services
-from auditor.auth import Principal, authenticate, require_role
-from auditor.task_queue import TaskQueue
-from auditor.worker_settings import WorkerSettings
+from auditor.auth.principal import Principal, authenticate, require_role
+from auditor.jobs import reaudit, scoring
+from auditor.jobs.settings import WorkerSettings
+from auditor.jobs.task_queue import TaskQueue
+from auditor.trail import records as audit_log
 
 router = APIRouter(prefix="/v1/reaudits", tags=["re-audit"])
 
@@ -174,7 +175,7 @@ def task_queue(request: Request) -> TaskQueue:
         if services.settings.redis_url:
             queue = _celery_queue(services.settings.redis_url)
         else:
-            from auditor.tasks_inprocess import InProcessTaskQueue
+            from auditor.jobs.inprocess import InProcessTaskQueue
 
             spec = WorkerSettings().evaluator
             queue = InProcessTaskQueue(services.database, lambda: scoring.load_evaluator(spec))
@@ -186,6 +187,6 @@ def task_queue(request: Request) -> TaskQueue:
 def _celery_queue(redis_url: str) -> TaskQueue:
     from celery import Celery
 
-    from auditor.worker import CeleryTaskQueue, configure
+    from auditor.jobs.worker import CeleryTaskQueue, configure
 
     return CeleryTaskQueue(configure(Celery("auditor-api"), redis_url=redis_url, settings=WorkerSettings()))

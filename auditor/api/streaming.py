@@ -13,7 +13,7 @@ from typing import Any
 
 from auditor.api.errors import audit_store_unavailable, error_body
 from auditor.api.openai_format import sse, usage
-from auditor.inference import AuditUnavailable, BadRequest, InferenceService, Outcome, Prepared
+from auditor.serving.inference import AuditUnavailable, BadRequest, InferenceService, Outcome, Prepared
 
 # (text delta or None, finish_reason or None, first chunk?) -> one chunk body
 ChunkFactory = Callable[[str | None, str | None, bool], dict[str, Any]]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from auditor import chain
 from auditor.cli import CliError
 from auditor.commands.common import guarded, load_settings, open_database
-from auditor.retention import RetentionError, place_hold, purge_expired, release_hold
+from auditor.trail import chain
+from auditor.trail.retention import RetentionError, place_hold, purge_expired, release_hold
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -10,11 +10,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from auditor import audit_log
 from auditor.cli import CliError
 from auditor.commands.common import guarded, load_settings, open_database
-from auditor.export import export_lines, record_dict
-from auditor.schemas import AuditFilters
+from auditor.trail import records as audit_log
+from auditor.trail.export import export_lines, record_dict
+from auditor.trail.schemas import AuditFilters
 
 # CLI reads are attributed to the operator role that has database access.
 CLI_TENANT, CLI_ROLE = "(cli)", "admin"

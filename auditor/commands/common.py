@@ -9,8 +9,8 @@ from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
 from auditor.cli import CliError
-from auditor.db import Database
 from auditor.settings import Settings, get_settings
+from auditor.store.database import Database
 
 T = TypeVar("T")
 

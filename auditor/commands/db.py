@@ -7,7 +7,7 @@ import argparse
 from alembic import command
 
 from auditor.commands.common import guarded, load_settings, open_database
-from auditor.db import alembic_config
+from auditor.store.database import alembic_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

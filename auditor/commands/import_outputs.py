@@ -13,7 +13,7 @@ from pathlib import Path
 
 from auditor.cli import CliError
 from auditor.commands.common import guarded, load_settings, open_database
-from auditor.imports import ImportFailed, ImportRejected, LineError, import_file
+from auditor.jobs.imports import ImportFailed, ImportRejected, LineError, import_file
 
 _SHOWN_ERRORS = 50
 

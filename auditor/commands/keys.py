@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from auditor.auth.keys import ROLES, ApiKeyError, create_key, list_keys, revoke_key
 from auditor.cli import CliError
 from auditor.commands.common import guarded, load_settings, open_database
-from auditor.keys import ROLES, ApiKeyError, create_key, list_keys, revoke_key
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

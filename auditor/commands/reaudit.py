@@ -18,13 +18,13 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from auditor import reaudit, scoring
 from auditor.cli import CliError
 from auditor.commands.common import guarded, load_settings, open_database
-from auditor.db import Database
+from auditor.jobs import reaudit, scoring
+from auditor.jobs.settings import WorkerSettings
+from auditor.jobs.task_queue import TaskQueue
 from auditor.settings import Settings
-from auditor.task_queue import TaskQueue
-from auditor.worker_settings import WorkerSettings
+from auditor.store.database import Database
 
 CLI_TENANT = "cli"   # the operator acts as admin over all tenants
 _FILTER_OPTIONS = ("since", "until", "tenant", "domain", "intent", "model", "gate_action", "status",
@@ -119,11 +119,11 @@ def _queue(settings: Settings, database: Database) -> TaskQueue:
     if settings.redis_url:
         from celery import Celery
 
-        from auditor.worker import CeleryTaskQueue, configure
+        from auditor.jobs.worker import CeleryTaskQueue, configure
 
         return CeleryTaskQueue(configure(Celery("auditor-cli"), redis_url=settings.redis_url,
                                          settings=WorkerSettings()))
-    from auditor.tasks_inprocess import InProcessTaskQueue
+    from auditor.jobs.inprocess import InProcessTaskQueue
 
     spec = _evaluator_spec()
     return InProcessTaskQueue(database, lambda: scoring.load_evaluator(spec))

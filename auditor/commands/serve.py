@@ -22,7 +22,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from auditor.app import create_app
-    from auditor.keys import any_active_key
+    from auditor.auth.keys import any_active_key
 
     settings = load_settings()
     host, port = args.host or settings.host, args.port or settings.port

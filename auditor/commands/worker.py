@@ -32,8 +32,8 @@ def _run(args: argparse.Namespace) -> int:
         raise CliError("--concurrency must be at least 1")
     open_database(settings).dispose()   # migrate (when enabled) before any task touches the schema
     if args.no_dispatch:
-        os.environ["AUDITOR_WORKER_DISPATCH_INTERVAL_S"] = "0"   # read when auditor.worker is imported
-    from auditor.worker import celery_app
+        os.environ["AUDITOR_WORKER_DISPATCH_INTERVAL_S"] = "0"   # read when auditor.jobs.worker is imported
+    from auditor.jobs.worker import celery_app
 
     argv = ["worker", f"--loglevel={args.loglevel}", f"--pool={args.pool}"]
     if args.concurrency is not None:

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from auditor.db import Database
 from auditor.settings import Settings
+from auditor.store.database import Database
 from engine.outputs import ProcessorEvent, RequestOutput, RequestStats, TokenLogprob
 from engine.sampling_params import InvalidRequestError, SamplingParams
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from auditor import runtime
+from auditor.serving import runtime
 from engine.testing import write_tiny_checkpoint
 from knowledge_graphs.model import Entity, Fact, KnowledgeGraph, Provenance
 

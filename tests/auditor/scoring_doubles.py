@@ -14,7 +14,7 @@ import re
 import time
 from typing import Any
 
-from auditor.scoring import Scored, ScoringError
+from auditor.jobs.scoring import Scored, ScoringError
 
 _SENTENCE = re.compile(r"[^.!?]+[.!?]?")
 
@@ -58,7 +58,7 @@ def append_output(database: Any, output: str | None, *, domain: str | None = "fi
                   claims: list[dict[str, Any]] | None = None, gate_decisions: list[dict[str, Any]] | None = None,
                   content_mode: str = "raw", fer: float | None = None) -> str:
     """Append one completed record the way the inference path does; returns its audit id."""
-    from auditor.audit_log import NewRecord, append_record
+    from auditor.trail.records import NewRecord, append_record
 
     record = NewRecord(tenant=tenant, status="completed", endpoint="chat", domain=domain, model_id="test-model",
                        content_mode=content_mode, prompt="What about it?", output=output, delivered_output=output,

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select, text
 
-from auditor.models import AccessLogEntry
+from auditor.trail.models import AccessLogEntry
 from tests.auditor.conftest import FakeEngine, ScriptedVerifier
 
 

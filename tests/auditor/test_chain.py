@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sqlalchemy import select, text
 
-from auditor import chain
-from auditor.audit_log import NewRecord, append_record
-from auditor.db import Database
-from auditor.models import AuditRecord
+from auditor.store.database import Database
+from auditor.trail import chain
+from auditor.trail.models import AuditRecord
+from auditor.trail.records import NewRecord, append_record
 
 KEY = b"test-key"
 

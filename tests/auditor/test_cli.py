@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from auditor.audit_log import NewRecord, append_record
 from auditor.cli import main
-from auditor.db import Database
 from auditor.settings import get_settings
+from auditor.store.database import Database
+from auditor.trail.records import NewRecord, append_record
 from tests.auditor.conftest import TEST_HMAC_KEY
 
 

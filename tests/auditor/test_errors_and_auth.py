@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from auditor.keys import create_key
+from auditor.auth.keys import create_key
 
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hello"}]}
 
@@ -110,7 +110,7 @@ def test_other_tenants_record_is_404(client: TestClient, keyed: dict[str, str]) 
 
 
 def test_revoked_key_is_401(client: TestClient, keyed: dict[str, str]) -> None:
-    from auditor.keys import find_active_key, revoke_key
+    from auditor.auth.keys import find_active_key, revoke_key
 
     database = client.app.state.services.database
     with database.session() as session:

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from auditor import reaudit
 from auditor.cli import main
-from auditor.imports import ImportFailed, ImportRejected, import_file
-from auditor.jobs_models import ImportBatch, ImportedOutput
-from auditor.models import AuditRecord, OutboxMessage
-from auditor.tasks_inprocess import InProcessTaskQueue
+from auditor.jobs import reaudit
+from auditor.jobs.imports import ImportFailed, ImportRejected, import_file
+from auditor.jobs.inprocess import InProcessTaskQueue
+from auditor.jobs.models import ImportBatch, ImportedOutput
+from auditor.trail.models import AuditRecord, OutboxMessage
 from tests.auditor.conftest import make_settings
 from tests.auditor.scoring_doubles import MarkerEvaluator
 
@@ -128,7 +128,8 @@ def test_cli_import_reports_lines_and_strict_fails_in_one_line(tmp_path, monkeyp
 
 
 def test_import_in_several_transactions_keeps_the_chain_and_links_whole(database, tmp_path, monkeypatch) -> None:
-    from auditor import chain, imports
+    from auditor.jobs import imports
+    from auditor.trail import chain
 
     monkeypatch.setattr(imports, "APPEND_BATCH", 2)
     settings = make_settings(database.url)

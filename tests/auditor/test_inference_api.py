@@ -139,8 +139,8 @@ def test_client_that_leaves_mid_stream_is_still_recorded(client: TestClient) -> 
     """A stream abandoned after the first sentence still gets a record (status error, what was sent)."""
     import anyio
 
-    from auditor.auth import Principal
-    from auditor.inference import RequestContext
+    from auditor.auth.principal import Principal
+    from auditor.serving.inference import RequestContext
     from engine.sampling_params import SamplingParams
 
     service = client.app.state.services.inference

@@ -11,8 +11,8 @@ from alembic.migration import MigrationContext
 from fastapi.testclient import TestClient
 
 from auditor.app import create_app
-from auditor.db import Database
-from auditor.models import Base
+from auditor.store.database import Database
+from auditor.trail.models import Base
 from tests.auditor.conftest import FakeEngine, make_settings
 
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
@@ -69,7 +69,7 @@ def test_serve_binds_loopback_without_keys(monkeypatch: pytest.MonkeyPatch, tmp_
 
 
 def test_migrations_match_the_models(database: Database) -> None:
-    import auditor.jobs_models  # noqa: F401 - the workers' tables live on the same Base
+    import auditor.jobs.models  # noqa: F401 - the workers' tables live on the same Base
 
     with database.engine.connect() as conn:
         diffs = compare_metadata(MigrationContext.configure(conn), Base.metadata)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
-from auditor import chain, reaudit, reaudit_chunks, scoring
-from auditor.jobs_models import ReauditItem
-from auditor.models import AuditRecord, Evaluation
-from auditor.tasks_inprocess import InProcessTaskQueue
+from auditor.jobs import reaudit, reaudit_chunks, scoring
+from auditor.jobs.inprocess import InProcessTaskQueue
+from auditor.jobs.models import ReauditItem
+from auditor.trail import chain
+from auditor.trail.models import AuditRecord, Evaluation
 from tests.auditor.scoring_doubles import MarkerEvaluator, append_output
 
 HMAC = b"test-hmac-key-0123456789"

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from auditor import audit_log
 from auditor.api import reaudits
+from auditor.trail import records as audit_log
 from tests.auditor.scoring_doubles import append_output
 
 
@@ -101,7 +101,7 @@ def test_cancel_then_resume_over_http(api) -> None:
 
 
 def test_jobs_are_scoped_to_the_callers_tenant_and_role(api) -> None:
-    from auditor.keys import create_key
+    from auditor.auth.keys import create_key
 
     database = api.app.state.services.database
     with database.session() as session:

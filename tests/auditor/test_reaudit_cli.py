@@ -8,8 +8,8 @@ import json
 import pytest
 
 from auditor.cli import main
-from auditor.db import Database
 from auditor.settings import get_settings
+from auditor.store.database import Database
 from tests.auditor.scoring_doubles import append_output
 
 

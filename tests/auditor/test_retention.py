@@ -6,11 +6,11 @@ from datetime import timedelta
 
 from sqlalchemy import text
 
-from auditor import chain
-from auditor.audit_log import NewRecord, append_record
-from auditor.db import Database
-from auditor.models import utcnow
-from auditor.retention import place_hold, purge_expired, release_hold
+from auditor.store.database import Database
+from auditor.trail import chain
+from auditor.trail.models import utcnow
+from auditor.trail.records import NewRecord, append_record
+from auditor.trail.retention import place_hold, purge_expired, release_hold
 from tests.auditor.conftest import TEST_HMAC_KEY, make_settings
 
 KEY = TEST_HMAC_KEY.encode()

@@ -4,7 +4,7 @@ is blocked before it is released, a supported indication passes, and both are ke
 from __future__ import annotations
 
 from auditor.gate.gate import OutputGate
-from auditor.runtime import RulesVerifier
+from auditor.serving.runtime import RulesVerifier
 from tests.auditor.real_engine import tiny_medical_kg
 
 

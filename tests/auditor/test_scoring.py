@@ -8,8 +8,9 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from auditor import audit_log, scoring
-from auditor.models import Evaluation
+from auditor.jobs import scoring
+from auditor.trail import records as audit_log
+from auditor.trail.models import Evaluation
 from tests.auditor.scoring_doubles import MarkerEvaluator, append_output
 
 
@@ -113,7 +114,7 @@ def test_commit_hooks_run_in_the_evaluation_transaction(database) -> None:
 
 
 def test_rules_evaluator_scores_a_finance_output_with_real_validators(sqlite_url) -> None:
-    from auditor.db import Database
+    from auditor.store.database import Database
 
     try:
         evaluator = scoring.RulesEvaluator()

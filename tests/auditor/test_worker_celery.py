@@ -24,12 +24,12 @@ import redis
 from celery import Celery
 from sqlalchemy import func, select, update
 
-from auditor import outbox, reaudit
-from auditor.db import Database
-from auditor.jobs_models import OutboxInflight, ReauditChunk
-from auditor.models import Evaluation, OutboxMessage, utcnow
-from auditor.worker import CeleryTaskQueue, configure
-from auditor.worker_settings import WorkerSettings
+from auditor.jobs import outbox, reaudit
+from auditor.jobs.models import OutboxInflight, ReauditChunk
+from auditor.jobs.settings import WorkerSettings
+from auditor.jobs.worker import CeleryTaskQueue, configure
+from auditor.store.database import Database
+from auditor.trail.models import Evaluation, OutboxMessage, utcnow
 from tests.auditor.conftest import POSTGRES_URL, TEST_HMAC_KEY, _fresh_postgres_schema, make_settings
 from tests.auditor.scoring_doubles import append_output
 
@@ -75,7 +75,7 @@ class Workers:
         }
         log = (self.log_dir / f"{name}.log").open("wb")
         process = subprocess.Popen(
-            [CELERY, "-A", "auditor.worker:celery_app", "worker", "--pool=solo", f"--queues={self.queue}",
+            [CELERY, "-A", "auditor.jobs.worker:celery_app", "worker", "--pool=solo", f"--queues={self.queue}",
              f"--hostname={name}-{self.queue}@%h", "--without-gossip", "--without-mingle", "--loglevel=warning"],
             cwd=REPO, env=environment, stdout=log, stderr=subprocess.STDOUT,
         )

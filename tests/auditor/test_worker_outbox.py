@@ -7,9 +7,9 @@ import threading
 
 from sqlalchemy import func, select
 
-from auditor import outbox, scoring
-from auditor.jobs_models import OutboxInflight
-from auditor.models import OutboxMessage
+from auditor.jobs import outbox, scoring
+from auditor.jobs.models import OutboxInflight
+from auditor.trail.models import OutboxMessage
 from tests.auditor.scoring_doubles import MarkerEvaluator, append_output
 
 
@@ -98,7 +98,7 @@ def test_concurrent_dispatchers_publish_each_row_exactly_once(database) -> None:
 def test_embedded_worker_scores_new_records_without_a_broker(database) -> None:
     import time
 
-    from auditor.tasks_inprocess import EmbeddedWorker
+    from auditor.jobs.inprocess import EmbeddedWorker
 
     embedded = EmbeddedWorker(database, lambda: MarkerEvaluator(), interval_s=0.05).start()
     try:
@@ -115,7 +115,7 @@ def test_embedded_worker_scores_new_records_without_a_broker(database) -> None:
 
 
 def _count_live(database) -> int:
-    from auditor.models import Evaluation
+    from auditor.trail.models import Evaluation
 
     with database.session() as session:
         return session.execute(select(func.count()).select_from(Evaluation)

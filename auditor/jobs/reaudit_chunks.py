@@ -18,11 +18,9 @@ from typing import Any
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
-from auditor.db import Database
-from auditor.jobs_models import ReauditChunk, ReauditItem, ReauditJob
-from auditor.models import Evaluation, utcnow
-from auditor.reaudit_summary import build_summary
-from auditor.scoring import (
+from auditor.jobs.models import ReauditChunk, ReauditItem, ReauditJob
+from auditor.jobs.reaudit_summary import build_summary
+from auditor.jobs.scoring import (
     CommitHook,
     Evaluator,
     Scored,
@@ -31,8 +29,10 @@ from auditor.scoring import (
     score_batch,
     score_record,
 )
+from auditor.store.database import Database
+from auditor.trail.models import Evaluation, utcnow
 
-logger = logging.getLogger("auditor.reaudit")
+logger = logging.getLogger("auditor.jobs.reaudit")
 
 _CANCEL_CHECK_INTERVAL_S = 0.5
 

@@ -22,15 +22,15 @@ import anyio
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
-from auditor.audit_log import NewRecord, append_record
-from auditor.auth import Principal
-from auditor.chain import sha256_text
-from auditor.db import Database
+from auditor.auth.principal import Principal
 from auditor.gate.gate import GateDecision, InputGateResult, OutputGate, Verifier, check_input, strongest
 from auditor.gate.pii import redact_pii
-from auditor.knowledge import KgConstraint, Knowledge
-from auditor.metrics import ServiceMetrics
+from auditor.serving.knowledge import KgConstraint, Knowledge
+from auditor.serving.metrics import ServiceMetrics
 from auditor.settings import Settings
+from auditor.store.database import Database
+from auditor.trail.chain import sha256_text
+from auditor.trail.records import NewRecord, append_record
 from engine.outputs import RequestOutput, TokenLogprob
 from engine.sampling_params import InvalidRequestError, SamplingParams
 

@@ -1,6 +1,6 @@
 """The audit schema (SQLAlchemy 2, `Mapped[...]`). Alembic revisions in `migrations/versions/` mirror it.
 
-`audit_records` is append-only and hash-chained (see `auditor.chain`). Everything derived later
+`audit_records` is append-only and hash-chained (see `auditor.trail.chain`). Everything derived later
 (evaluations, purges, reads) lives in its own tables so no record is ever updated, with one exception:
 a retention purge drops the sensitive text of an expired record and stamps `purged_at`; the chain
 still verifies because the record hash covers only digests of that text.

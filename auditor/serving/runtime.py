@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from auditor.gate.gate import GateDecision, Verification
-from auditor.knowledge import KgConstraint
+from auditor.serving.knowledge import KgConstraint
 from engine.async_engine import AsyncLLMEngine
 from engine.json_mode import JsonModeProcessor
 from engine.loader import generation_eos_ids, load_model_config

@@ -1,5 +1,5 @@
-"""The Celery app (`auditor.worker:celery_app`) and its two tasks. Tasks are thin: they take ids, reload
-state through the service layer (`auditor.scoring`, `auditor.reaudit_chunks`) and are safe to run twice.
+"""The Celery app (`auditor.jobs.worker:celery_app`) and its two tasks. Tasks are thin: they take ids, reload
+state through the service layer (`auditor.jobs.scoring`, `auditor.jobs.reaudit_chunks`) and are safe to run twice.
 
 Broker and result backend: `AUDITOR_REDIS_URL`. Tuning: `AUDITOR_WORKER_*` (see `WorkerSettings`).
 Every worker also runs, in a daemon thread of its main process, the outbox dispatcher and the
@@ -19,13 +19,13 @@ from celery import Celery, Task
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_init, worker_process_init, worker_ready, worker_shutdown
 
-from auditor import reaudit, reaudit_chunks, scoring
-from auditor.db import Database
-from auditor.outbox import acknowledge_hook, dispatch_once
+from auditor.jobs import reaudit, reaudit_chunks, scoring
+from auditor.jobs.outbox import acknowledge_hook, dispatch_once
+from auditor.jobs.settings import WorkerSettings, worker_settings
 from auditor.settings import get_settings
-from auditor.worker_settings import WorkerSettings, worker_settings
+from auditor.store.database import Database
 
-logger = logging.getLogger("auditor.worker")
+logger = logging.getLogger("auditor.jobs.worker")
 
 SCORE_TASK = "auditor.score_record"
 CHUNK_TASK = "auditor.reaudit_chunk"

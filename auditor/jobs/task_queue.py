@@ -1,7 +1,7 @@
 """Where background work goes: Celery (when `AUDITOR_REDIS_URL` is set) or the in-process pool.
 
 Both implementations take ids only; the work itself is done by the same service functions
-(`auditor.scoring.score_record`, `auditor.reaudit_chunks.run_chunk`) below the wrapper.
+(`auditor.jobs.scoring.score_record`, `auditor.jobs.reaudit_chunks.run_chunk`) below the wrapper.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from auditor.db import Database
-from auditor.models import AuditRecord, Evaluation, utcnow
+from auditor.store.database import Database
+from auditor.trail.models import AuditRecord, Evaluation, utcnow
 
 GATE_ACTIONS = ("allow", "annotate", "redact", "block", "refuse")
 

@@ -20,9 +20,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from auditor.jobs_models import ReauditItem, ReauditJob
-from auditor.models import AuditRecord, Evaluation
-from auditor.scoring import GATE_ACTIONS
+from auditor.jobs.models import ReauditItem, ReauditJob
+from auditor.jobs.scoring import GATE_ACTIONS
+from auditor.trail.models import AuditRecord, Evaluation
 
 MAX_LISTED = 200
 FER_BINS = 10

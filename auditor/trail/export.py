@@ -8,8 +8,8 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from auditor.models import AuditRecord
-from auditor.schemas import AuditRecordOut
+from auditor.trail.models import AuditRecord
+from auditor.trail.schemas import AuditRecordOut
 
 # CSV columns: scalar fields as they are, structured fields (claims, decisions, ...) as JSON text.
 CSV_COLUMNS = [name for name in AuditRecordOut.model_fields if name != "evaluations"]

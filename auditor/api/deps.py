@@ -7,10 +7,10 @@ from typing import Any
 
 from fastapi import Request
 
-from auditor.db import Database
-from auditor.inference import InferenceService
-from auditor.metrics import ServiceMetrics
+from auditor.serving.inference import InferenceService
+from auditor.serving.metrics import ServiceMetrics
 from auditor.settings import Settings
+from auditor.store.database import Database
 
 
 @dataclass(slots=True)

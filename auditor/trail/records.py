@@ -16,9 +16,9 @@ from typing import Any
 from sqlalchemy import Connection, Select, String, and_, cast, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from auditor import chain
-from auditor.db import Database
-from auditor.models import (
+from auditor.store.database import Database
+from auditor.trail import chain
+from auditor.trail.models import (
     AccessLogEntry,
     AuditRecord,
     ChainHead,
@@ -28,7 +28,7 @@ from auditor.models import (
     new_id,
     utcnow,
 )
-from auditor.schemas import AuditFilters
+from auditor.trail.schemas import AuditFilters
 
 SCORING_TOPIC = "score"
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from auditor.models import AuditRecord, ChainHead, Checkpoint
+from auditor.trail.models import AuditRecord, ChainHead, Checkpoint
 
 GENESIS_HASH = "0" * 64
 

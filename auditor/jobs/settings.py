@@ -1,5 +1,5 @@
 """Settings of the scoring / re-audit machinery (env prefix AUDITOR_WORKER_), kept apart from
-`auditor.worker` so the API and CLI can read them without importing Celery."""
+`auditor.jobs.worker` so the API and CLI can read them without importing Celery."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Re-audit jobs: re-score a frozen set of stored records (a filter, or one JSONL import) in chunks.
 
 A job is created in one commit (job row, one item per record, one row per chunk) and only then are
-its chunks enqueued; `auditor.reaudit_chunks` runs a chunk and finishes the job. Originals are never
+its chunks enqueued; `auditor.jobs.reaudit_chunks` runs a chunk and finishes the job. Originals are never
 modified: a job only adds evaluation rows (job_id = the job's id). This module creates and steers
 jobs, reports their progress, and re-enqueues chunks whose worker died or whose message was lost.
 """
@@ -15,16 +15,16 @@ from typing import Any
 from sqlalchemy import and_, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from auditor.audit_log import filtered_query
-from auditor.db import Database
-from auditor.jobs_models import ImportBatch, ImportedOutput, ReauditChunk, ReauditItem, ReauditJob
-from auditor.models import AuditRecord, utcnow
-from auditor.reaudit_chunks import fail_pending_in_chunk, finalize_if_complete
-from auditor.reaudit_summary import build_summary
-from auditor.schemas import AuditFilters, RecordFilter
-from auditor.task_queue import TaskQueue
+from auditor.jobs.models import ImportBatch, ImportedOutput, ReauditChunk, ReauditItem, ReauditJob
+from auditor.jobs.reaudit_chunks import fail_pending_in_chunk, finalize_if_complete
+from auditor.jobs.reaudit_summary import build_summary
+from auditor.jobs.task_queue import TaskQueue
+from auditor.store.database import Database
+from auditor.trail.models import AuditRecord, utcnow
+from auditor.trail.records import filtered_query
+from auditor.trail.schemas import AuditFilters, RecordFilter
 
-logger = logging.getLogger("auditor.reaudit")
+logger = logging.getLogger("auditor.jobs.reaudit")
 
 DEFAULT_CHUNK_SIZE = 100
 RATE_WINDOW_S = 30.0

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from auditor.api.errors import ApiError
-from auditor.keys import any_active_key, find_active_key
+from auditor.auth.keys import any_active_key, find_active_key
 
 DEV_TENANT = "default"
 

@@ -20,12 +20,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from sqlalchemy import insert, update
 
-from auditor.audit_log import NewRecord, append_in_transaction
-from auditor.db import Database
 from auditor.gate.pii import redact_pii
-from auditor.jobs_models import ImportBatch, ImportedOutput
-from auditor.models import utcnow
+from auditor.jobs.models import ImportBatch, ImportedOutput
 from auditor.settings import Settings
+from auditor.store.database import Database
+from auditor.trail.models import utcnow
+from auditor.trail.records import NewRecord, append_in_transaction
 
 APPEND_BATCH = 200
 MAX_LINE_BYTES = 1_000_000

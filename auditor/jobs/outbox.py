@@ -19,11 +19,11 @@ from datetime import timedelta
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from auditor.audit_log import SCORING_TOPIC
-from auditor.db import Database
-from auditor.jobs_models import OutboxInflight
-from auditor.models import Evaluation, OutboxMessage, utcnow
-from auditor.scoring import Scored
+from auditor.jobs.models import OutboxInflight
+from auditor.jobs.scoring import Scored
+from auditor.store.database import Database
+from auditor.trail.models import Evaluation, OutboxMessage, utcnow
+from auditor.trail.records import SCORING_TOPIC
 
 # publish(outbox_id, record_id): hand one scoring task to the queue; raises if the broker is unreachable.
 Publish = Callable[[int, str], None]

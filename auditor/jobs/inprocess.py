@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from auditor import reaudit, reaudit_chunks, scoring
-from auditor.db import Database
-from auditor.outbox import acknowledge_hook, dispatch_once
+from auditor.jobs import reaudit, reaudit_chunks, scoring
+from auditor.jobs.outbox import acknowledge_hook, dispatch_once
+from auditor.store.database import Database
 
 logger = logging.getLogger("auditor.tasks")
 

@@ -10,7 +10,7 @@ from typing import Literal
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from auditor.models import ApiKey, utcnow
+from auditor.trail.models import ApiKey, utcnow
 
 Role = Literal["client", "auditor", "admin"]
 ROLES: tuple[Role, ...] = ("client", "auditor", "admin")

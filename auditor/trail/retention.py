@@ -15,10 +15,10 @@ from typing import Any
 from sqlalchemy import and_, insert, not_, null, or_, select, update
 from sqlalchemy.orm import Session
 
-from auditor.audit_log import NewRecord, append_in_transaction
-from auditor.db import Database
-from auditor.models import AuditRecord, LegalHold, Purge, utcnow
 from auditor.settings import Settings
+from auditor.store.database import Database
+from auditor.trail.models import AuditRecord, LegalHold, Purge, utcnow
+from auditor.trail.records import NewRecord, append_in_transaction
 
 
 class RetentionError(ValueError):

@@ -23,6 +23,7 @@ from auditor.gate.gate import NoClaimVerifier, Verifier
 from auditor.jobs import scoring
 from auditor.jobs.inprocess import EmbeddedWorker
 from auditor.jobs.settings import WorkerSettings
+from auditor.jobs.task_queue import TaskQueue, celery_queue
 from auditor.serving.inference import AuditUnavailable, BadRequest, InferenceService
 from auditor.serving.knowledge import Knowledge, NoKnowledge
 from auditor.serving.metrics import ServiceMetrics
@@ -64,13 +65,15 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
         inference = InferenceService(engine=loaded_engine, database=database, settings=settings, metrics=metrics,
                                      verifier=loaded_verifier or NoClaimVerifier(),
                                      knowledge=loaded_knowledge or NoKnowledge())
-        app.state.services = Services(settings, database, loaded_engine, inference, metrics)
         # Embedded default: no broker, so scoring and re-audits run on an in-process pool fed by the outbox.
         embedded: EmbeddedWorker | None = None
         if settings.redis_url is None:
             spec = WorkerSettings().evaluator
             embedded = EmbeddedWorker(database, lambda: scoring.load_evaluator(spec)).start()
-            app.state.task_queue = embedded.queue
+            task_queue: TaskQueue = embedded.queue
+        else:
+            task_queue = celery_queue(settings.redis_url)
+        app.state.services = Services(settings, database, loaded_engine, inference, metrics, task_queue)
         with database.session() as session:
             if not any_active_key(session):
                 logger.warning("development mode: no API keys configured, requests are not authenticated; "

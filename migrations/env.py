@@ -6,11 +6,10 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Engine, create_engine
 
-import auditor.jobs.models  # noqa: F401  (registers the re-audit tables on Base.metadata)
-from auditor.trail.models import Base
+from auditor.store.schema import metadata
 
 config = context.config
-target_metadata = Base.metadata
+target_metadata = metadata
 
 
 def _engine() -> Engine:

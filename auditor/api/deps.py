@@ -1,12 +1,18 @@
-"""What the lifespan builds once and every router reads from `request.app.state.services`."""
+"""FastAPI dependencies: what the lifespan built once (the services), the database, and the caller.
+
+Routers declare what they need (`ServicesDep`, `DatabaseDep`, `ClientDep`, `ReaderDep`, ...) and get it
+injected; tests build apps with their own Settings and fakes through the same objects."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Request
+from fastapi import Depends, Request
 
+from auditor.api.errors import ApiError
+from auditor.auth.principal import AuthenticationError, Principal, RoleNotAllowed, principal_for, require_role
+from auditor.jobs.task_queue import TaskQueue
 from auditor.serving.inference import InferenceService
 from auditor.serving.metrics import ServiceMetrics
 from auditor.settings import Settings
@@ -20,6 +26,7 @@ class Services:
     engine: Any
     inference: InferenceService
     metrics: ServiceMetrics
+    task_queue: TaskQueue
     ready: bool = False
 
 
@@ -27,6 +34,47 @@ def get_services(request: Request) -> Services:
     return request.app.state.services
 
 
-def get_request_settings(request: Request) -> Settings:
-    """The app's settings as a dependency (tests build apps with their own Settings)."""
-    return request.app.state.services.settings
+def get_settings_dep(services: Annotated[Services, Depends(get_services)]) -> Settings:
+    return services.settings
+
+
+def get_database(services: Annotated[Services, Depends(get_services)]) -> Database:
+    return services.database
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+DatabaseDep = Annotated[Database, Depends(get_database)]
+
+
+def authenticate(request: Request, database: DatabaseDep) -> Principal:
+    """The caller, or 401. Runs in a worker thread (it queries the database)."""
+    with database.session() as session:
+        try:
+            return principal_for(session, _bearer_token(request.headers.get("authorization")))
+        except AuthenticationError as exc:
+            raise ApiError(401, str(exc), code=exc.code) from exc
+
+
+def _bearer_token(header: str | None) -> str | None:
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+CallerDep = Annotated[Principal, Depends(authenticate)]
+
+
+def _role(*roles: str) -> Any:
+    def check(principal: CallerDep) -> Principal:
+        try:
+            return require_role(principal, *roles)
+        except RoleNotAllowed as exc:
+            raise ApiError(403, str(exc), code="insufficient_role") from exc
+    return Depends(check)
+
+
+ClientDep = Annotated[Principal, _role("client", "admin")]        # may run inference
+ReaderDep = Annotated[Principal, _role("auditor", "admin")]       # may read the trail and run re-audits
+AdminDep = Annotated[Principal, _role("admin")]

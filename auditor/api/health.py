@@ -8,7 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
-from auditor.api.deps import get_services
+from auditor.api.deps import ServicesDep
 
 router = APIRouter(tags=["operations"])
 
@@ -21,8 +21,7 @@ def health(request: Request) -> JSONResponse:
 
 
 @router.get("/ready")
-def ready(request: Request) -> JSONResponse:
-    services = get_services(request)
+def ready(services: ServicesDep) -> JSONResponse:
     try:
         with services.database.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
@@ -35,5 +34,5 @@ def ready(request: Request) -> JSONResponse:
 
 
 @router.get("/metrics")
-def metrics(request: Request) -> Response:
-    return Response(get_services(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
+def metrics(services: ServicesDep) -> Response:
+    return Response(services.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -7,17 +7,21 @@ import json
 import re
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import Request
 
 from auditor.api.errors import ApiError
+from auditor.api.schemas import ChatCompletionRequest, CompletionRequest
 from auditor.auth.principal import Principal
 from auditor.serving.inference import Outcome, RequestContext
 from auditor.settings import Settings
-from auditor.trail.schemas import ChatCompletionRequest, CompletionRequest
 from engine.outputs import TokenLogprob
 from engine.sampling_params import SamplingParams
+
+# (text delta or None, finish_reason or None, first chunk?) -> one stream chunk body
+ChunkFactory = Callable[[str | None, str | None, bool], dict[str, Any]]
 
 _INTENT = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 _REQUEST_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
@@ -122,6 +126,26 @@ def completion_body(outcome: Outcome, model: str, created: int) -> dict[str, Any
                      "finish_reason": outcome.finish_reason}],
         "usage": usage(outcome), "audit_id": outcome.audit_id, "audit": outcome.audit_summary(),
     }
+
+
+def chat_chunk(audit_id: str, model: str, created: int) -> ChunkFactory:
+    """The chunk factory of a chat stream: the first chunk carries the assistant role."""
+    def chunk(text: str | None, finish_reason: str | None, first: bool) -> dict[str, Any]:
+        delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
+        if text:
+            delta["content"] = text
+        return {"id": f"chatcmpl-{audit_id}", "object": "chat.completion.chunk", "created": created, "model": model,
+                "audit_id": audit_id,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
+    return chunk
+
+
+def completion_chunk(audit_id: str, model: str, created: int) -> ChunkFactory:
+    def chunk(text: str | None, finish_reason: str | None, first: bool) -> dict[str, Any]:
+        return {"id": f"cmpl-{audit_id}", "object": "text_completion", "created": created, "model": model,
+                "audit_id": audit_id,
+                "choices": [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}]}
+    return chunk
 
 
 def sse(payload: dict[str, Any] | str) -> str:

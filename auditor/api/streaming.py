@@ -8,15 +8,12 @@ if it cannot be, the client gets an error event and nothing more.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 from auditor.api.errors import audit_store_unavailable, error_body
-from auditor.api.openai_format import sse, usage
+from auditor.api.openai_format import ChunkFactory, sse, usage
 from auditor.serving.inference import AuditUnavailable, BadRequest, InferenceService, Outcome, Prepared
 
-# (text delta or None, finish_reason or None, first chunk?) -> one chunk body
-ChunkFactory = Callable[[str | None, str | None, bool], dict[str, Any]]
 Piece = str | Outcome
 
 

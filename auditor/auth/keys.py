@@ -10,7 +10,8 @@ from typing import Literal
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from auditor.trail.models import ApiKey, utcnow
+from auditor.auth.models import ApiKey
+from auditor.store.base import utcnow
 
 Role = Literal["client", "auditor", "admin"]
 ROLES: tuple[Role, ...] = ("client", "auditor", "admin")

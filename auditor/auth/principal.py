@@ -5,12 +5,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fastapi import Request
+from sqlalchemy.orm import Session
 
-from auditor.api.errors import ApiError
 from auditor.auth.keys import any_active_key, find_active_key
 
 DEV_TENANT = "default"
+
+
+class AuthenticationError(Exception):
+    """No usable credentials: `code` says which case (missing_api_key | invalid_api_key)."""
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class RoleNotAllowed(PermissionError):
+    """The caller's role may not do this."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,30 +37,19 @@ class Principal:
         return None if self.role == "admin" else self.tenant
 
 
-def authenticate(request: Request) -> Principal:
-    """FastAPI dependency: the caller, or 401. Runs in a worker thread (it queries the database)."""
-    database = request.app.state.services.database
-    with database.session() as session:
-        if not any_active_key(session):
-            return Principal(DEV_TENANT, "admin", None, development=True)
-        token = _bearer_token(request.headers.get("authorization"))
-        if token is None:
-            raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>'", code="missing_api_key")
-        key = find_active_key(session, token)
-        if key is None:
-            raise ApiError(401, "invalid or revoked API key", code="invalid_api_key")
-        return Principal(key.tenant, key.role, key.id)
-
-
-def _bearer_token(header: str | None) -> str | None:
-    if not header:
-        return None
-    scheme, _, token = header.partition(" ")
-    return token.strip() or None if scheme.lower() == "bearer" else None
+def principal_for(session: Session, bearer_token: str | None) -> Principal:
+    """The principal a request runs as, or AuthenticationError."""
+    if not any_active_key(session):
+        return Principal(DEV_TENANT, "admin", None, development=True)
+    if bearer_token is None:
+        raise AuthenticationError("missing API key: send 'Authorization: Bearer <key>'", code="missing_api_key")
+    key = find_active_key(session, bearer_token)
+    if key is None:
+        raise AuthenticationError("invalid or revoked API key", code="invalid_api_key")
+    return Principal(key.tenant, key.role, key.id)
 
 
 def require_role(principal: Principal, *roles: str) -> Principal:
     if principal.role not in roles:
-        raise ApiError(403, f"role {principal.role!r} may not do this (needs {' or '.join(roles)})",
-                       code="insufficient_role")
+        raise RoleNotAllowed(f"role {principal.role!r} may not do this (needs {' or '.join(roles)})")
     return principal

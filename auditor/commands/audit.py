@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from auditor.cli import CliError
-from auditor.commands.common import guarded, load_settings, open_database
-from auditor.trail import chain
+from sqlalchemy.orm import Session
+
+from auditor.commands.common import guarded, in_session, load_settings, open_database
+from auditor.trail import reads
+from auditor.trail.access_log import CliOperator
 from auditor.trail.retention import RetentionError, place_hold, purge_expired, release_hold
 
 
@@ -34,12 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _verify(args: argparse.Namespace) -> int:
     settings = load_settings()
     database = open_database(settings, migrate=False)
-
-    def verify() -> chain.ChainReport:
-        with database.engine.connect() as conn:
-            return chain.verify_chain(conn, settings.hmac_key.get_secret_value().encode())
-
-    report = guarded(verify)
+    report = guarded(reads.verify, database, CliOperator(), hmac_key=settings.hmac_key.get_secret_value().encode())
     if args.json:
         print(json.dumps(report.to_dict()))
     elif report.ok:
@@ -60,24 +57,15 @@ def _purge(args: argparse.Namespace) -> int:
 
 
 def _hold(args: argparse.Namespace) -> int:
-    database = open_database(load_settings())
-    try:
-        with database.session() as session:
-            hold = guarded(place_hold, session, reason=args.reason, tenant=args.tenant, domain=args.domain,
-                           record_id=args.record)
-            hold_id = hold.id
-    except RetentionError as exc:
-        raise CliError(str(exc)) from exc
-    print(f"legal hold {hold_id} placed")
+    def hold(session: Session) -> int:
+        return place_hold(session, reason=args.reason, tenant=args.tenant, domain=args.domain,
+                          record_id=args.record).id
+
+    print(f"legal hold {in_session(hold, user_errors=(RetentionError,))} placed")
     return 0
 
 
 def _release(args: argparse.Namespace) -> int:
-    database = open_database(load_settings())
-    try:
-        with database.session() as session:
-            guarded(release_hold, session, args.hold_id)
-    except RetentionError as exc:
-        raise CliError(str(exc)) from exc
+    in_session(lambda session: release_hold(session, args.hold_id), user_errors=(RetentionError,))
     print(f"legal hold {args.hold_id} released")
     return 0

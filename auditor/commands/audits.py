@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +14,11 @@ from pydantic import ValidationError
 
 from auditor.cli import CliError
 from auditor.commands.common import guarded, load_settings, open_database
-from auditor.trail import records as audit_log
-from auditor.trail.export import export_lines, record_dict
-from auditor.trail.schemas import AuditFilters
+from auditor.trail import reads
+from auditor.trail.access_log import CliOperator
+from auditor.trail.queries import AuditQueryError
+from auditor.trail.schemas import AuditFilters, ExportFilters
 
-# CLI reads are attributed to the operator role that has database access.
-CLI_TENANT, CLI_ROLE = "(cli)", "admin"
 _FILTER_FLAGS = ("since", "until", "tenant", "domain", "intent", "model", "gate_action", "status", "kind",
                  "fer_min", "fer_max", "rule_id", "q", "cursor")
 
@@ -48,34 +49,29 @@ def _add_filters(parser: argparse.ArgumentParser) -> None:
     contradicted.add_argument("--no-contradicted", dest="has_contradicted", action="store_false")
 
 
-def _filters(args: argparse.Namespace, **extra: Any) -> AuditFilters:
+def _filters(args: argparse.Namespace, *, model_class: type[AuditFilters] = AuditFilters, **extra: Any) -> AuditFilters:
     values = {name: getattr(args, name) for name in (*_FILTER_FLAGS, "has_contradicted") if getattr(args, name) is not None}
     try:
-        return AuditFilters(**values, **extra)
+        return model_class(**values, **extra)
     except ValidationError as exc:
         error = exc.errors()[0]
         raise CliError(f"--{'-'.join(str(p) for p in error['loc']).replace('_', '-')}: {error['msg']}") from exc
 
 
 def _list(args: argparse.Namespace) -> int:
-    filters = _filters(args, limit=args.limit) if 1 <= args.limit <= 500 else None
-    if filters is None:
+    if not 1 <= args.limit <= 500:
         raise CliError("--limit must be between 1 and 500")
+    filters = _filters(args, limit=args.limit)
     database = open_database(load_settings())
-    with database.session(write=True) as session:
-        try:
-            rows, cursor = guarded(audit_log.list_records, session, filters, tenant_scope=None)
-        except audit_log.AuditQueryError as exc:
-            raise CliError(str(exc)) from exc
-        audit_log.log_access(session, key_id=None, tenant=CLI_TENANT, role=CLI_ROLE, action="list",
-                             filters=filters.model_dump(mode="json", exclude_none=True), result_count=len(rows))
-        for row in rows:
-            if args.json:
-                print(json.dumps(record_dict(row), ensure_ascii=False))
-            else:
-                print(f"{row.seq:>6}  {row.id}  {row.created_at:%Y-%m-%d %H:%M:%S}  {row.tenant}  "
-                      f"{row.domain or '-'}  {row.intent or '-'}  {row.status}  {row.gate_action or '-'}  "
-                      f"fer={'-' if row.fer is None else f'{row.fer:.2f}'}")
+    with _read_errors():
+        rows, cursor = guarded(reads.list_page, database, CliOperator(), filters)
+    for row in rows:
+        if args.json:
+            print(json.dumps(row.model_dump(mode="json", exclude={"evaluations"}), ensure_ascii=False))
+        else:
+            print(f"{row.seq:>6}  {row.id}  {row.created_at:%Y-%m-%d %H:%M:%S}  {row.tenant}  "
+                  f"{row.domain or '-'}  {row.intent or '-'}  {row.status}  {row.gate_action or '-'}  "
+                  f"fer={'-' if row.fer is None else f'{row.fer:.2f}'}")
     if cursor and not args.json:
         print(f"more: --cursor {cursor}", file=sys.stderr)
     return 0
@@ -83,43 +79,32 @@ def _list(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     database = open_database(load_settings())
-    with database.session(write=True) as session:
-        row = guarded(audit_log.get_record, session, args.audit_id, tenant_scope=None)
-        audit_log.log_access(session, key_id=None, tenant=CLI_TENANT, role=CLI_ROLE, action="show",
-                             target=args.audit_id[:64], result_count=0 if row is None else 1)
-        if row is not None:
-            record = record_dict(row)
-            record["evaluations"] = [
-                {c: getattr(e, c) for c in ("id", "evaluator_version", "status", "fer", "citation_confidence",
-                                            "joint_score", "kg_version", "rule_pack_hash")}
-                for e in audit_log.evaluations_for(session, args.audit_id)
-            ]
-    if row is None:
-        raise CliError(f"no audit record {args.audit_id!r}")
-    print(json.dumps(record, indent=2, ensure_ascii=False, default=str))
+    with _read_errors():
+        record = guarded(reads.show_record, database, CliOperator(), args.audit_id)
+    print(json.dumps(record.model_dump(mode="json"), indent=2, ensure_ascii=False))
     return 0
 
 
 def _export(args: argparse.Namespace) -> int:
-    filters = _filters(args)
+    filters = _filters(args, format=args.format, model_class=ExportFilters)
     database = open_database(load_settings())
+    with _read_errors():
+        lines = guarded(reads.export, database, CliOperator(), filters)
     out = args.output.open("w", encoding="utf-8", newline="") if args.output else sys.stdout
-
-    def write_all() -> None:
-        with database.session(write=True) as session:
-            audit_log.log_access(session, key_id=None, tenant=CLI_TENANT, role=CLI_ROLE, action="export",
-                                 filters=filters.model_dump(mode="json", exclude_none=True))
-        with database.session() as session:  # streamed: keyset pages, one line at a time
-            for line in export_lines(audit_log.iter_records(session, filters, tenant_scope=None), args.format):
-                out.write(line)
-
     try:
-        guarded(write_all)
-    except audit_log.AuditQueryError as exc:
-        raise CliError(str(exc)) from exc
+        with _read_errors():
+            guarded(lambda: out.writelines(lines))
     finally:
         if args.output:
             out.close()
     if args.output:
         print(f"wrote {args.output}", file=sys.stderr)
     return 0
+
+
+@contextmanager
+def _read_errors() -> Iterator[None]:
+    try:
+        yield
+    except (AuditQueryError, reads.RecordNotFound, reads.TenantNotAllowed) as exc:
+        raise CliError(str(exc).strip("'")) from exc

@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from auditor.cli import CliError
 from auditor.settings import Settings, get_settings
@@ -37,3 +38,14 @@ def guarded(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     except SQLAlchemyError as exc:
         reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
         raise CliError(f"audit store error: {reason}") from exc
+
+
+def in_session(work: Callable[[Session], T], *, user_errors: tuple[type[Exception], ...] = ()) -> T:
+    """Open the configured store, run `work` in one committed session, and turn both driver errors and the
+    given service errors (a bad id, role, reason) into one-line CLI errors."""
+    database = open_database(load_settings())
+    try:
+        with database.session() as session:
+            return guarded(work, session)
+    except user_errors as exc:
+        raise CliError(str(exc)) from exc

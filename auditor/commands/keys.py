@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from sqlalchemy.orm import Session
+
 from auditor.auth.keys import ROLES, ApiKeyError, create_key, list_keys, revoke_key
-from auditor.cli import CliError
-from auditor.commands.common import guarded, load_settings, open_database
+from auditor.commands.common import in_session
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,38 +28,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _create(args: argparse.Namespace) -> int:
-    database = open_database(load_settings())
+    def create(session: Session) -> tuple[str, str]:
+        key, plaintext = create_key(session, tenant=args.tenant, role=args.role, name=args.name)
+        return key.id, plaintext
 
-    def run() -> tuple[str, str]:
-        with database.session() as session:
-            key, plaintext = create_key(session, tenant=args.tenant, role=args.role, name=args.name)
-            return key.id, plaintext
-
-    try:
-        key_id, plaintext = guarded(run)
-    except ApiKeyError as exc:
-        raise CliError(str(exc)) from exc
+    key_id, plaintext = in_session(create, user_errors=(ApiKeyError,))
     print(f"key id: {key_id}\ntenant: {args.tenant}\nrole: {args.role}\nkey: {plaintext}")
     print("store the key now: it is not shown again")
     return 0
 
 
 def _list(args: argparse.Namespace) -> int:
-    database = open_database(load_settings())
-    with database.session() as session:
-        keys = guarded(list_keys, session, tenant=args.tenant, include_revoked=args.all)
-        for key in keys:
-            state = f"revoked {key.revoked_at:%Y-%m-%d}" if key.revoked_at else "active"
-            print(f"{key.id}  {key.prefix}…  {key.tenant}  {key.role}  {key.name or '-'}  {state}")
+    def lines(session: Session) -> list[str]:
+        return [f"{key.id}  {key.prefix}…  {key.tenant}  {key.role}  {key.name or '-'}  "
+                f"{f'revoked {key.revoked_at:%Y-%m-%d}' if key.revoked_at else 'active'}"
+                for key in list_keys(session, tenant=args.tenant, include_revoked=args.all)]
+
+    for line in in_session(lines):
+        print(line)
     return 0
 
 
 def _revoke(args: argparse.Namespace) -> int:
-    database = open_database(load_settings())
-    try:
-        with database.session() as session:
-            guarded(revoke_key, session, args.key_id)
-    except ApiKeyError as exc:
-        raise CliError(str(exc)) from exc
+    in_session(lambda session: revoke_key(session, args.key_id), user_errors=(ApiKeyError,))
     print(f"revoked {args.key_id}")
     return 0

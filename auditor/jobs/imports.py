@@ -23,8 +23,8 @@ from sqlalchemy import insert, update
 from auditor.gate.pii import redact_pii
 from auditor.jobs.models import ImportBatch, ImportedOutput
 from auditor.settings import Settings
+from auditor.store.base import utcnow
 from auditor.store.database import Database
-from auditor.trail.models import utcnow
 from auditor.trail.records import NewRecord, append_in_transaction
 
 APPEND_BATCH = 200

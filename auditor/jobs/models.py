@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from auditor.trail.models import Base, new_id, utcnow
+from auditor.store.base import Base, new_id, utcnow
 
 
 class OutboxInflight(Base):

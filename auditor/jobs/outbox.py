@@ -21,8 +21,9 @@ from sqlalchemy.orm import Session
 
 from auditor.jobs.models import OutboxInflight
 from auditor.jobs.scoring import Scored
+from auditor.store.base import utcnow
 from auditor.store.database import Database
-from auditor.trail.models import Evaluation, OutboxMessage, utcnow
+from auditor.trail.models import Evaluation, OutboxMessage
 from auditor.trail.records import SCORING_TOPIC
 
 # publish(outbox_id, record_id): hand one scoring task to the queue; raises if the broker is unreachable.

@@ -19,9 +19,11 @@ from auditor.jobs.models import ImportBatch, ImportedOutput, ReauditChunk, Reaud
 from auditor.jobs.reaudit_chunks import fail_pending_in_chunk, finalize_if_complete
 from auditor.jobs.reaudit_summary import build_summary
 from auditor.jobs.task_queue import TaskQueue
+from auditor.store.base import utcnow
 from auditor.store.database import Database
-from auditor.trail.models import AuditRecord, utcnow
-from auditor.trail.records import filtered_query
+from auditor.trail.access_log import Reader, log_access
+from auditor.trail.models import AuditRecord
+from auditor.trail.queries import filtered_query
 from auditor.trail.schemas import AuditFilters, RecordFilter
 
 logger = logging.getLogger("auditor.jobs.reaudit")
@@ -157,6 +159,27 @@ def resume_job(database: Database, queue: TaskQueue, job_id: str, *, tenant_scop
     sent = start_job(database, queue, job_id)
     finalize_if_complete(database, job_id)
     return sent
+
+
+def job_view(database: Database, reader: Reader, job_id: str, *, action: str | None = None) -> dict[str, Any]:
+    """The job with its progress, as the reader may see it. Changes (`action`) and reads of a finished job's
+    summary (it quotes records' claims) go to the access log; polls of a running job do not, so watching
+    a job cannot flood the log."""
+    with database.session() as session:
+        job = get_job(session, job_id, tenant_scope=reader.tenant_scope)
+        view = {
+            "id": job.id, "status": job.status, "source": job.source, "filter": job.filters,
+            "import_id": job.import_id, "evaluator_version": job.evaluator_version, "created_at": job.created_at,
+            "started_at": job.started_at, "cancelled_at": job.cancelled_at, "finished_at": job.finished_at,
+            "progress": progress_of(session, job), "summary": job.summary,
+        }
+    if action is not None or view["summary"] is not None:
+        # A write transaction of its own: on SQLite, upgrading the read above to a writer could hit
+        # SQLITE_BUSY while workers commit evaluations.
+        with database.session(write=True) as session:
+            log_access(session, reader, action=action or "reaudit_show", target=job_id, filters=view["filter"],
+                       result_count=view["progress"]["total"])
+    return view
 
 
 # -- progress and recovery --------------------------------------------------------------------------

@@ -29,8 +29,9 @@ from auditor.jobs.scoring import (
     score_batch,
     score_record,
 )
+from auditor.store.base import utcnow
 from auditor.store.database import Database
-from auditor.trail.models import Evaluation, utcnow
+from auditor.trail.models import Evaluation
 
 logger = logging.getLogger("auditor.jobs.reaudit")
 

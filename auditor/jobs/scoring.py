@@ -18,8 +18,9 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from auditor.store.base import utcnow
 from auditor.store.database import Database
-from auditor.trail.models import AuditRecord, Evaluation, utcnow
+from auditor.trail.models import AuditRecord, Evaluation
 
 GATE_ACTIONS = ("allow", "annotate", "redact", "block", "refuse")
 

@@ -6,6 +6,7 @@ Both implementations take ids only; the work itself is done by the same service 
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Protocol
 
 
@@ -15,3 +16,14 @@ class TaskQueue(Protocol):
 
     def enqueue_chunk(self, job_id: str, chunk: int) -> None:
         """Run one chunk of a re-audit job; raises if the queue cannot take it."""
+
+
+@lru_cache(maxsize=4)
+def celery_queue(redis_url: str) -> TaskQueue:
+    """A publisher to the workers behind `redis_url` (Celery is imported only when a broker is configured)."""
+    from celery import Celery
+
+    from auditor.jobs.settings import WorkerSettings
+    from auditor.jobs.worker import CeleryTaskQueue, configure
+
+    return CeleryTaskQueue(configure(Celery("auditor-api"), redis_url=redis_url, settings=WorkerSettings()))

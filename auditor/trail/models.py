@@ -8,46 +8,23 @@ still verifies because the record hash covers only digests of that text.
 
 from __future__ import annotations
 
-import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    JSON,
     BigInteger,
-    DateTime,
     Float,
     ForeignKey,
     Index,
     Integer,
-    MetaData,
     String,
     Text,
     UniqueConstraint,
     text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
 
-NAMING_CONVENTION = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def new_id() -> str:
-    return str(uuid.uuid4())
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map = {dict[str, Any]: JSON(none_as_null=True), list[Any]: JSON(none_as_null=True), datetime: DateTime(timezone=True)}
+from auditor.store.base import Base, new_id, utcnow
 
 
 class AuditRecord(Base):
@@ -169,19 +146,6 @@ class OutboxMessage(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     dispatched_at: Mapped[datetime | None] = mapped_column(index=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
-
-
-class ApiKey(Base):
-    __tablename__ = "api_keys"
-
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    tenant: Mapped[str] = mapped_column(String(128), index=True)
-    role: Mapped[str] = mapped_column(String(16))        # client | auditor | admin
-    name: Mapped[str | None] = mapped_column(String(128))
-    prefix: Mapped[str] = mapped_column(String(16))      # shown in listings, never enough to authenticate
-    key_hash: Mapped[str] = mapped_column(String(64), unique=True)   # sha256 of the full key
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
-    revoked_at: Mapped[datetime | None]
 
 
 class AccessLogEntry(Base):

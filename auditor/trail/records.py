@@ -1,4 +1,4 @@
-"""Append to and read from the audit trail. Plain typed functions; routers and the CLI call them.
+"""Append to the audit trail. Plain typed functions; the inference path, imports and retention call them.
 
 Appends are one transaction: the record, its outbox row, the chain head and (every N records) a
 signed checkpoint commit together or not at all. Writers serialise on the chain head (a row lock
@@ -7,34 +7,17 @@ on PostgreSQL, BEGIN IMMEDIATE on SQLite), so seqs are gap-free across processes
 
 from __future__ import annotations
 
-import base64
-import binascii
-from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Select, String, and_, cast, func, insert, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, insert, select, update
 
+from auditor.store.base import new_id, utcnow
 from auditor.store.database import Database
 from auditor.trail import chain
-from auditor.trail.models import (
-    AccessLogEntry,
-    AuditRecord,
-    ChainHead,
-    Checkpoint,
-    Evaluation,
-    OutboxMessage,
-    new_id,
-    utcnow,
-)
-from auditor.trail.schemas import AuditFilters
+from auditor.trail.models import AuditRecord, ChainHead, Checkpoint, OutboxMessage
 
 SCORING_TOPIC = "score"
-
-
-class AuditQueryError(ValueError):
-    """A filter or cursor the trail cannot be queried with."""
 
 
 @dataclass(slots=True)
@@ -148,104 +131,3 @@ def _rule_ids(record: NewRecord) -> str | None:
             ids.extend(claim.get("rule_ids") or [])
     unique = sorted({i for i in ids if i})
     return f" {' '.join(unique)} " if unique else None
-
-
-# -- reading ---------------------------------------------------------------------------------------
-def encode_cursor(seq: int) -> str:
-    return base64.urlsafe_b64encode(f"seq:{seq}".encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> int:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        prefix, _, number = raw.partition(":")
-        if prefix != "seq":
-            raise ValueError(prefix)
-        return int(number)
-    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
-        raise AuditQueryError(f"invalid cursor {cursor!r}") from exc
-
-
-def filtered_query(filters: AuditFilters, *, tenant_scope: str | None) -> Select[tuple[AuditRecord]]:
-    """Records matching `filters`, newest first. `tenant_scope` None means all tenants (admin)."""
-    query = select(AuditRecord)
-    conditions = []
-    tenant = tenant_scope if tenant_scope is not None else filters.tenant
-    if tenant is not None:
-        conditions.append(AuditRecord.tenant == tenant)
-    if filters.since is not None:
-        conditions.append(AuditRecord.created_at >= filters.since)
-    if filters.until is not None:
-        conditions.append(AuditRecord.created_at < filters.until)
-    for column, value in (
-        (AuditRecord.domain, filters.domain), (AuditRecord.intent, filters.intent),
-        (AuditRecord.model_id, filters.model), (AuditRecord.gate_action, filters.gate_action),
-        (AuditRecord.status, filters.status), (AuditRecord.kind, filters.kind),
-    ):
-        if value is not None:
-            conditions.append(column == value)
-    if filters.has_contradicted is not None:
-        conditions.append(AuditRecord.n_contradicted > 0 if filters.has_contradicted else AuditRecord.n_contradicted == 0)
-    if filters.fer_min is not None:
-        conditions.append(AuditRecord.fer >= filters.fer_min)
-    if filters.fer_max is not None:
-        conditions.append(AuditRecord.fer <= filters.fer_max)
-    if filters.rule_id is not None:
-        conditions.append(AuditRecord.rule_ids.contains(f" {filters.rule_id} ", autoescape=True))
-    if filters.q is not None:
-        claims_text = func.lower(cast(AuditRecord.claims, String))
-        conditions.append(claims_text.contains(filters.q.lower(), autoescape=True))
-    if filters.cursor is not None:
-        conditions.append(AuditRecord.seq < decode_cursor(filters.cursor))
-    return query.where(and_(*conditions)).order_by(AuditRecord.seq.desc())
-
-
-def list_records(
-    session: Session, filters: AuditFilters, *, tenant_scope: str | None
-) -> tuple[list[AuditRecord], str | None]:
-    """One page of records and the cursor of the next page (None on the last page)."""
-    rows = list(session.execute(filtered_query(filters, tenant_scope=tenant_scope).limit(filters.limit + 1)).scalars())
-    next_cursor = encode_cursor(rows[filters.limit - 1].seq) if len(rows) > filters.limit else None
-    return rows[: filters.limit], next_cursor
-
-
-def iter_records(
-    session: Session, filters: AuditFilters, *, tenant_scope: str | None, batch_size: int = 500
-) -> Iterator[AuditRecord]:
-    """Every matching record, newest first, fetched in keyset-paginated batches (for export)."""
-    page_filters = filters.model_copy(update={"limit": batch_size})
-    while True:
-        rows, cursor = list_records(session, page_filters, tenant_scope=tenant_scope)
-        yield from rows
-        if cursor is None:
-            return
-        page_filters = page_filters.model_copy(update={"cursor": cursor})
-
-
-def get_record(session: Session, record_id: str, *, tenant_scope: str | None) -> AuditRecord | None:
-    """The record, or None if absent or owned by another tenant (callers answer 404 either way)."""
-    query = select(AuditRecord).where(AuditRecord.id == record_id)
-    if tenant_scope is not None:
-        query = query.where(AuditRecord.tenant == tenant_scope)
-    return session.execute(query).scalar()
-
-
-def evaluations_for(session: Session, record_id: str) -> Sequence[Evaluation]:
-    query = select(Evaluation).where(Evaluation.record_id == record_id).order_by(Evaluation.created_at)
-    return session.execute(query).scalars().all()
-
-
-def log_access(
-    session: Session, *, key_id: str | None, tenant: str, role: str, action: str,
-    target: str | None = None, filters: dict[str, Any] | None = None, result_count: int | None = None,
-) -> None:
-    """Record a read of the trail (in the caller's transaction)."""
-    session.add(AccessLogEntry(
-        key_id=key_id, tenant=tenant, role=role, action=action, target=target,
-        filters=filters, result_count=result_count,
-    ))
-
-
-def access_log_query(*, tenant_scope: str | None) -> Select[tuple[AccessLogEntry]]:
-    query = select(AccessLogEntry).order_by(AccessLogEntry.id.desc())
-    return query if tenant_scope is None else query.where(or_(AccessLogEntry.tenant == tenant_scope))

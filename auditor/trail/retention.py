@@ -16,8 +16,9 @@ from sqlalchemy import and_, insert, not_, null, or_, select, update
 from sqlalchemy.orm import Session
 
 from auditor.settings import Settings
+from auditor.store.base import utcnow
 from auditor.store.database import Database
-from auditor.trail.models import AuditRecord, LegalHold, Purge, utcnow
+from auditor.trail.models import AuditRecord, LegalHold, Purge
 from auditor.trail.records import NewRecord, append_in_transaction
 
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from auditor.api import reaudits
-from auditor.trail import records as audit_log
+from auditor.trail.access_log import access_log_query
 from tests.auditor.scoring_doubles import append_output
 
 
@@ -18,9 +18,6 @@ def api(app_factory, monkeypatch):
     client = app_factory()
     client.app.include_router(reaudits.router)   # see the report: one line in create_app
     yield client
-    queue = getattr(client.app.state, "task_queue", None)
-    if queue is not None:
-        queue.shutdown()
 
 
 def _wait_done(client, job_id: str, timeout_s: float = 20.0, headers: dict[str, str] | None = None) -> dict:
@@ -70,7 +67,7 @@ def test_job_runs_to_a_summary_and_its_evaluations_show_on_the_record(api) -> No
     conflict = api.post(f"/v1/reaudits/{job['id']}/cancel")
     assert conflict.status_code == 409 and conflict.json()["error"]["code"] == "reaudit_finished"
     with database.session() as session:   # creating and reading the summary are logged reads of the trail
-        actions = [e.action for e in session.execute(audit_log.access_log_query(tenant_scope=None)).scalars()]
+        actions = [e.action for e in session.execute(access_log_query(tenant_scope=None)).scalars()]
     assert "reaudit_create" in actions and "reaudit_show" in actions
     missing = api.get("/v1/reaudits/no-such-job")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "reaudit_not_found"
@@ -90,11 +87,12 @@ def test_cancel_then_resume_over_http(api) -> None:
         def enqueue_chunk(self, job_id: str, chunk: int) -> None:
             held.append((job_id, chunk))
 
-    api.app.state.task_queue = HoldingQueue()
+    services = api.app.state.services
+    real_queue, services.task_queue = services.task_queue, HoldingQueue()
     job = api.post("/v1/reaudits", json={"filter": {}}).json()
     cancelled = api.post(f"/v1/reaudits/{job['id']}/cancel").json()
     assert cancelled["status"] == "cancelled" and cancelled["cancelled_at"] is not None
-    del api.app.state.task_queue   # back to the real in-process pool
+    services.task_queue = real_queue   # back to the real in-process pool
     resumed = api.post(f"/v1/reaudits/{job['id']}/resume")
     assert resumed.status_code == 200 and resumed.json()["status"] == "running"
     assert _wait_done(api, job["id"])["progress"]["done"] == 3

@@ -6,9 +6,9 @@ from datetime import timedelta
 
 from sqlalchemy import text
 
+from auditor.store.base import utcnow
 from auditor.store.database import Database
 from auditor.trail import chain
-from auditor.trail.models import utcnow
 from auditor.trail.records import NewRecord, append_record
 from auditor.trail.retention import place_hold, purge_expired, release_hold
 from tests.auditor.conftest import TEST_HMAC_KEY, make_settings

@@ -9,14 +9,14 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from auditor.jobs import scoring
-from auditor.trail import records as audit_log
 from auditor.trail.models import Evaluation
+from auditor.trail.queries import evaluations_for
 from tests.auditor.scoring_doubles import MarkerEvaluator, append_output
 
 
 def _evaluations(database, record_id: str) -> list[Evaluation]:
     with database.session() as session:
-        return list(audit_log.evaluations_for(session, record_id))
+        return list(evaluations_for(session, record_id))
 
 
 def test_scoring_writes_one_evaluation_with_claims_scores_and_versions(database) -> None:

@@ -28,8 +28,9 @@ from auditor.jobs import outbox, reaudit
 from auditor.jobs.models import OutboxInflight, ReauditChunk
 from auditor.jobs.settings import WorkerSettings
 from auditor.jobs.worker import CeleryTaskQueue, configure
+from auditor.store.base import utcnow
 from auditor.store.database import Database
-from auditor.trail.models import Evaluation, OutboxMessage, utcnow
+from auditor.trail.models import Evaluation, OutboxMessage
 from tests.auditor.conftest import POSTGRES_URL, TEST_HMAC_KEY, _fresh_postgres_schema, make_settings
 from tests.auditor.scoring_doubles import append_output
 
@@ -196,7 +197,7 @@ def test_api_keeps_serving_while_workers_are_down_and_work_runs_when_one_starts(
     monkeypatch.setenv("AUDITOR_WORKER_QUEUE", queue_name)
     client = app_factory(settings=make_settings(database_url, redis_url=REDIS_URL, auto_migrate=False))
     client.app.include_router(reaudits.router)
-    client.app.state.task_queue = _queue(queue_name)
+    client.app.state.services.task_queue = _queue(queue_name)
 
     started = time.monotonic()
     chat = client.post("/v1/chat/completions", headers={"X-Domain": "finance"},

@@ -18,17 +18,15 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, text
-
 from auditor.gate.pii import redact_pii
 from auditor.store.database import Database
+from auditor.store.scratch import scratch_schema
 from auditor.trail.records import NewRecord, append_record
 
 KEY = b"benchmark-hmac-key"
@@ -82,19 +80,13 @@ def sqlite_database(synchronous: str) -> Iterator[Database]:
 
 @contextmanager
 def postgres_database(url: str) -> Iterator[Database]:
-    schema = f"audit_bench_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    database = Database(f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}")
-    try:
-        database.upgrade()
-        yield database
-    finally:
-        database.dispose()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+    with scratch_schema(url, prefix="audit_bench") as schema_url:
+        database = Database(schema_url)
+        try:
+            database.upgrade()
+            yield database
+        finally:
+            database.dispose()
 
 
 def sequential_latencies_ms(database: Database, requests: int, offset: int) -> list[float]:

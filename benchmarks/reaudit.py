@@ -32,12 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import func, select
 
 from auditor.jobs import reaudit, scoring
 from auditor.jobs.settings import WorkerSettings
 from auditor.jobs.worker import CeleryTaskQueue, configure
 from auditor.store.database import Database
+from auditor.store.scratch import scratch_schema
 from auditor.trail.models import Evaluation
 from auditor.trail.records import NewRecord, append_in_transaction
 
@@ -70,16 +71,8 @@ def bench_database(url: str | None) -> Iterator[str]:
         with tempfile.TemporaryDirectory() as folder:
             yield f"sqlite:///{Path(folder) / 'bench.db'}"
         return
-    schema = f"auditor_bench_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(postgres, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        yield f"{postgres}{'&' if '?' in postgres else '?'}options=-csearch_path%3D{schema}"
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+    with scratch_schema(postgres, prefix="auditor_bench") as schema_url:
+        yield schema_url
 
 
 def append_records(database: Database, count: int, *, per_transaction: int = 200) -> float:

@@ -14,9 +14,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body
 from pydantic import ValidationError
 
-from auditor.api.deps import ReaderDep, ServicesDep
+from auditor.api.deps import ReaderDep, Services, ServicesDep
 from auditor.api.errors import ApiError
 from auditor.api.schemas import ReauditCreate, ReauditOut
+from auditor.auth.principal import Principal
 from auditor.jobs import reaudit, scoring
 from auditor.jobs.settings import WorkerSettings
 
@@ -89,7 +90,7 @@ def _job_errors() -> Iterator[None]:
         raise ApiError(409, str(exc), code="reaudit_finished") from exc
 
 
-def _job_out(services: ServicesDep, job_id: str, reader: ReaderDep, *, action: str | None = None) -> ReauditOut:
+def _job_out(services: Services, job_id: str, reader: Principal, *, action: str | None = None) -> ReauditOut:
     with _job_errors():
         return ReauditOut.model_validate(reaudit.job_view(services.database, reader, job_id, action=action))
 

@@ -9,16 +9,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from auditor.settings import Settings
 from auditor.store.database import Database
+from auditor.store.scratch import scratch_schema
 from engine.outputs import ProcessorEvent, RequestOutput, RequestStats, TokenLogprob
 from engine.sampling_params import InvalidRequestError, SamplingParams
 
@@ -29,17 +28,8 @@ TEST_HMAC_KEY = "test-hmac-key-0123456789"
 def _fresh_postgres_schema() -> Iterator[str]:
     if not POSTGRES_URL:
         pytest.skip("AUDITOR_TEST_POSTGRES_URL is not set (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test)")
-    schema = f"auditor_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    separator = "&" if "?" in POSTGRES_URL else "?"
-    try:
-        yield f"{POSTGRES_URL}{separator}options=-csearch_path%3D{schema}"
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+    with scratch_schema(POSTGRES_URL, prefix="auditor_test") as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -35,7 +35,7 @@ from tests.auditor.conftest import POSTGRES_URL, TEST_HMAC_KEY, _fresh_postgres_
 from tests.auditor.scoring_doubles import append_output
 
 REDIS_URL = os.environ.get("AUDITOR_TEST_REDIS_URL")
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CELERY = str(Path(sys.executable).with_name("celery"))
 
 pytestmark = [

@@ -1,4 +1,4 @@
-"""The outbox dispatcher: publishes scoring work that `audit_log.append_record` wrote in the record's commit.
+"""The outbox dispatcher: publishes scoring work that `trail.records.append_record` wrote in the record's commit.
 
 Safe to run in several processes at once: rows are claimed with SELECT ... FOR UPDATE SKIP LOCKED on
 PostgreSQL (two dispatchers never publish the same row in the same pass) and under SQLite's single

@@ -3,22 +3,25 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import inspect
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from prometheus_client import start_http_server
 
 from auditor.api import audits, chat, completions, health, models, reaudits
 from auditor.api.deps import Services
 from auditor.api.errors import audit_store_unavailable, error_response, install_error_handlers
 from auditor.api.limits import BodySizeLimit
-from auditor.auth.keys import any_active_key
+from auditor.auth.keys import keys_ever_created
+from auditor.auth.principal import AuthGuard
 from auditor.gate.gate import NoClaimVerifier, Verifier
 from auditor.jobs import scoring
 from auditor.jobs.inprocess import EmbeddedWorker
@@ -29,6 +32,7 @@ from auditor.serving.knowledge import Knowledge, NoKnowledge
 from auditor.serving.metrics import ServiceMetrics
 from auditor.settings import Settings, get_settings
 from auditor.store.database import Database
+from auditor.trail.witness import WitnessPublisher, open_witness
 
 logger = logging.getLogger("auditor")
 
@@ -47,6 +51,38 @@ def _load_runtime(settings: Settings) -> tuple[Any, Verifier, Knowledge]:
     return engine, verifier, runtime.KgKnowledge(kgs)
 
 
+def _start_task_queue(settings: Settings, database: Database, stack: AsyncExitStack) -> TaskQueue:
+    """Embedded default: no broker, so scoring and re-audits run on an in-process pool fed by the outbox."""
+    if settings.redis_url is not None:
+        return celery_queue(settings.redis_url)
+    worker_settings = WorkerSettings()
+    spec = worker_settings.evaluator
+    embedded = EmbeddedWorker(database, lambda: scoring.load_evaluator(spec),
+                              redeliver_after_s=worker_settings.redeliver_after_s,
+                              chunk_stall_after_s=worker_settings.chunk_stall_after_s,
+                              stream_recovery_after_s=worker_settings.stream_recovery_after_s).start()
+    stack.callback(embedded.stop)
+    return embedded.queue
+
+
+async def _shutdown_engine(engine: Any) -> None:
+    shutdown = getattr(engine, "shutdown", None)
+    if callable(shutdown):
+        await shutdown() if inspect.iscoroutinefunction(shutdown) else shutdown()
+
+
+def _warn_about_authentication(database: Database, auth: AuthGuard, host: str) -> None:
+    with database.session() as session:
+        if keys_ever_created(session):
+            return
+    if auth.development_allowed:
+        logger.warning("development mode: no API key has been created, requests are not authenticated "
+                       "(bound to %s; create keys with `auditor keys create`)", host)
+    else:
+        logger.error("no API key has been created: every request gets 401 until one is "
+                     "(`auditor keys create --tenant T --role admin`)")
+
+
 def create_app(settings: Settings | None = None, *, engine: Any = None, verifier: Verifier | None = None,
                knowledge: Knowledge | None = None) -> FastAPI:
     settings = settings or get_settings()
@@ -54,41 +90,41 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        database = Database(settings.database_url, sqlite_synchronous=settings.sqlite_synchronous)
-        if settings.auto_migrate:
-            await anyio.to_thread.run_sync(database.upgrade)
-        loaded_engine, loaded_verifier, loaded_knowledge = engine, verifier, knowledge
-        if engine is None:
-            loaded_engine, loaded_verifier, loaded_knowledge = await anyio.to_thread.run_sync(_load_runtime, settings)
-            await loaded_engine.start()
-        metrics.watch_engine(loaded_engine.stats)
-        inference = InferenceService(engine=loaded_engine, database=database, settings=settings, metrics=metrics,
-                                     verifier=loaded_verifier or NoClaimVerifier(),
-                                     knowledge=loaded_knowledge or NoKnowledge())
-        # Embedded default: no broker, so scoring and re-audits run on an in-process pool fed by the outbox.
-        embedded: EmbeddedWorker | None = None
-        if settings.redis_url is None:
-            spec = WorkerSettings().evaluator
-            embedded = EmbeddedWorker(database, lambda: scoring.load_evaluator(spec)).start()
-            task_queue: TaskQueue = embedded.queue
-        else:
-            task_queue = celery_queue(settings.redis_url)
-        app.state.services = Services(settings, database, loaded_engine, inference, metrics, task_queue)
-        with database.session() as session:
-            if not any_active_key(session):
-                logger.warning("development mode: no API keys configured, requests are not authenticated; "
-                               "serve on 127.0.0.1 only (create keys with `auditor keys create`)")
-        app.state.services.ready = True
-        try:
-            yield
-        finally:
-            app.state.services.ready = False
-            if embedded is not None:
-                embedded.stop()
-            shutdown = getattr(loaded_engine, "shutdown", None)
-            if engine is None and callable(shutdown):
-                await shutdown() if inspect.iscoroutinefunction(shutdown) else shutdown()
-            database.dispose()
+        # Every resource registers its cleanup as soon as it exists, so a startup that fails half-way
+        # (a model that will not load, a store that will not migrate) leaks no thread, pool or engine.
+        async with AsyncExitStack() as stack:
+            database = Database.from_settings(settings)
+            stack.callback(database.dispose)
+            if settings.auto_migrate:
+                await anyio.to_thread.run_sync(
+                    functools.partial(database.upgrade, hmac_key=settings.hmac_key.get_secret_value().encode()))
+            loaded_engine, loaded_verifier, loaded_knowledge = engine, verifier, knowledge
+            if engine is None:
+                loaded_engine, loaded_verifier, loaded_knowledge = await anyio.to_thread.run_sync(_load_runtime, settings)
+                stack.push_async_callback(_shutdown_engine, loaded_engine)
+                await loaded_engine.start()
+            metrics.watch_engine(loaded_engine.stats)
+            inference = InferenceService(engine=loaded_engine, database=database, settings=settings, metrics=metrics,
+                                         verifier=loaded_verifier or NoClaimVerifier(),
+                                         knowledge=loaded_knowledge or NoKnowledge())
+            task_queue = _start_task_queue(settings, database, stack)
+            if settings.chain_witness:
+                publisher = WitnessPublisher(database, open_witness(settings.chain_witness),
+                                             interval_s=settings.witness_interval_s).start()
+                stack.callback(publisher.stop)
+            if settings.metrics_port is not None:   # a listener of its own, e.g. on an internal interface
+                server, _thread = start_http_server(settings.metrics_port, addr=settings.metrics_host,
+                                                    registry=metrics.registry)
+                stack.callback(server.shutdown)
+            auth = AuthGuard(environment=settings.environment, bind_host=settings.host)
+            services = Services(settings, database, loaded_engine, inference, metrics, task_queue, auth)
+            app.state.services = services
+            await anyio.to_thread.run_sync(_warn_about_authentication, database, auth, settings.host)
+            services.ready = True
+            try:
+                yield
+            finally:
+                services.ready = False
 
     app = FastAPI(title="Hallucination auditor", version="0.1.0", lifespan=lifespan,
                   description="OpenAI-compatible inference with audit IDs, a safety gate and a tamper-evident audit log")

@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 DEVELOPMENT_HMAC_KEY = "development-only-insecure-hmac-key"
 
 ContentMode = Literal["raw", "redacted", "hash"]
+MIN_HMAC_KEY_BYTES = 32
 
 
 class SettingsError(ValueError):
@@ -44,15 +45,40 @@ class Settings(BaseSettings):
     default_content_mode: ContentMode = "redacted"
     injection_refuse_score: float = Field(default=0.8, gt=0, le=1)
     injection_annotate_score: float = Field(default=0.4, gt=0, le=1)
+    # Where signed ledger heads and checkpoints are copied outside the database (see auditor.trail.witness):
+    # "file:/other/volume/witness.jsonl" or "redis://host:6379/0?stream=auditor:witness". None: no witness.
+    chain_witness: str | None = None
+    witness_interval_s: float = Field(default=1.0, gt=0, le=3600)
+    # A stuck store fails a request within this bound (503) instead of hanging: PostgreSQL lock and statement
+    # timeouts on the request path, SQLite's busy timeout for writers.
+    store_timeout_s: float = Field(default=5.0, gt=0, le=600)
+    # /metrics: "open" (no key), "key" (any valid API key; admin or auditor), or "off" here because a separate
+    # listener serves it (`metrics_port`, bound to `metrics_host`).
+    metrics_access: Literal["open", "key", "off"] = "key"
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None
+    # Output-gate PII rule: what to do with PII in model output, per domain (default for the rest).
+    output_pii_action: dict[str, Literal["allow", "annotate", "redact", "block"]] = Field(default_factory=dict)
+    default_output_pii_action: Literal["allow", "annotate", "redact", "block"] = "redact"
 
     @model_validator(mode="after")
-    def _refuse_default_secret(self) -> Settings:
-        if self.environment != "development" and self.hmac_key.get_secret_value() == DEVELOPMENT_HMAC_KEY:
+    def _refuse_weak_secret(self) -> Settings:
+        key = self.hmac_key.get_secret_value()
+        if self.environment != "development" and key == DEVELOPMENT_HMAC_KEY:
             raise SettingsError(
                 f"AUDITOR_HMAC_KEY must be set when AUDITOR_ENVIRONMENT={self.environment} "
                 "(the default key is for development only)"
             )
+        if self.environment == "production" and (len(key.encode()) < MIN_HMAC_KEY_BYTES or len(set(key)) < 8):
+            raise SettingsError(
+                f"AUDITOR_HMAC_KEY must hold at least {MIN_HMAC_KEY_BYTES} bytes of varied key material in production "
+                f"(it has {len(key.encode())} bytes, {len(set(key))} distinct characters); "
+                "`auditor keys gen-hmac` prints a random one"
+            )
         return self
+
+    def output_pii_action_for(self, domain: str | None) -> str:
+        return self.output_pii_action.get(domain or "", self.default_output_pii_action)
 
     def content_mode_for(self, domain: str | None) -> ContentMode:
         return self.content_mode.get(domain or "", self.default_content_mode)

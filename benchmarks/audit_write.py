@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from auditor.gate.pii import redact_pii
-from auditor.store.database import Database
+from auditor.store.database import ChainKey, Database
 from auditor.store.scratch import scratch_schema
 from auditor.trail.records import NewRecord, append_record
 
-KEY = b"benchmark-hmac-key"
+KEY = b"benchmark-hmac-key-not-secret-0123456789"
 CHECKPOINT_INTERVAL = 100
 CONCURRENCY = 8
 PROMPT = ("A 64-year-old patient with type 2 diabetes and an eGFR of 38 asks whether metformin 1000 mg twice daily "
@@ -66,13 +66,14 @@ def _record(i: int) -> NewRecord:
 
 
 def _audit_path(database: Database, i: int) -> None:
-    append_record(database, _record(i), hmac_key=KEY, checkpoint_interval=CHECKPOINT_INTERVAL)
+    append_record(database, _record(i))
 
 
 @contextmanager
 def sqlite_database(synchronous: str) -> Iterator[Database]:
     with tempfile.TemporaryDirectory(prefix="audit-bench-") as folder:
-        database = Database(f"sqlite:///{Path(folder) / 'audit.db'}", sqlite_synchronous=synchronous)
+        database = Database(f"sqlite:///{Path(folder) / 'audit.db'}", sqlite_synchronous=synchronous,
+                            chain_key=ChainKey(KEY, CHECKPOINT_INTERVAL))
         database.upgrade()
         yield database
         database.dispose()
@@ -81,7 +82,7 @@ def sqlite_database(synchronous: str) -> Iterator[Database]:
 @contextmanager
 def postgres_database(url: str) -> Iterator[Database]:
     with scratch_schema(url, prefix="audit_bench") as schema_url:
-        database = Database(schema_url)
+        database = Database(schema_url, chain_key=ChainKey(KEY, CHECKPOINT_INTERVAL))
         try:
             database.upgrade()
             yield database
@@ -155,10 +156,10 @@ def _opened(backends: dict[str, Callable[[], Any]]) -> Iterator[dict[str, Databa
 
 
 def _verify(database: Database) -> bool:
-    from auditor.trail.chain import verify_chain
+    from auditor.trail.ledgers import verify_trail
 
     with database.engine.connect() as conn:
-        return verify_chain(conn, KEY).ok
+        return verify_trail(conn, KEY).ok
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,14 +37,14 @@ from sqlalchemy import func, select
 from auditor.jobs import reaudit, scoring
 from auditor.jobs.settings import WorkerSettings
 from auditor.jobs.worker import CeleryTaskQueue, configure
-from auditor.store.database import Database
+from auditor.store.database import ChainKey, Database
 from auditor.store.scratch import scratch_schema
 from auditor.trail.models import Evaluation
 from auditor.trail.records import NewRecord, append_in_transaction
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "benchmarks" / "data"
-HMAC_KEY = "benchmark-hmac-key-not-secret"
+HMAC_KEY = "benchmark-hmac-key-not-secret-0123456789"
 
 
 def log(message: str) -> None:
@@ -86,7 +86,7 @@ def append_records(database: Database, count: int, *, per_transaction: int = 200
                 record = NewRecord(tenant="bench", status="completed", endpoint="chat", domain=domain,
                                    model_id="bench-model", content_mode="raw", prompt=f"Question {index} ({domain})",
                                    output=output, delivered_output=output)
-                append_in_transaction(conn, record, hmac_key=HMAC_KEY.encode(), checkpoint_interval=1000)
+                append_in_transaction(conn, record, key=database.chain_key)
         if first and first % 2000 == 0:
             log(f"appended {first} records")
     return time.perf_counter() - start
@@ -158,7 +158,7 @@ def main() -> None:
     queue_name = f"auditor-bench-{uuid.uuid4().hex[:8]}"
     with bench_database(os.environ.get("AUDITOR_BENCH_DATABASE_URL")) as url, \
             tempfile.TemporaryDirectory() as log_dir:
-        database = Database(url, sqlite_synchronous="NORMAL")
+        database = Database(url, sqlite_synchronous="NORMAL", chain_key=ChainKey(HMAC_KEY.encode(), 1000))
         database.upgrade()
         log(f"appending {args.records} records to {database.engine.url.get_backend_name()}")
         append_s = append_records(database, args.records)

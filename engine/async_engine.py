@@ -105,7 +105,11 @@ class AsyncLLMEngine:
             await self.start()
         if request_id in self._queues:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
-        seq = self.engine.prepare_request(request_id, prompt, params, intent=intent, cache_salt=cache_salt)
+        # Off the event loop (tokenising and compiling a JSON grammar take milliseconds) and under the engine
+        # lock (processors' caches are shared with the step thread).
+        seq = await asyncio.to_thread(self._prepare_locked, request_id, prompt, params, intent, cache_salt)
+        if request_id in self._queues:
+            raise InvalidRequestError(f"request id {request_id!r} is already in use")
         queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
         self._queues[request_id] = queue
         self._pending_adds.append(seq)
@@ -124,6 +128,11 @@ class AsyncLLMEngine:
             self._queues.pop(request_id, None)
             if not finished:
                 self.abort(request_id)
+
+    def _prepare_locked(self, request_id: str, prompt: str | list[int], params: SamplingParams | None,
+                        intent: str | None, cache_salt: str | None) -> Sequence:
+        with self._engine_lock:
+            return self.engine.prepare_request(request_id, prompt, params, intent=intent, cache_salt=cache_salt)
 
     def abort(self, request_id: str) -> None:
         """Abort between steps; its KV blocks are freed before the next step runs."""

@@ -17,6 +17,7 @@ from auditor.api.schemas import AuditPage, ChainReportOut
 from auditor.trail import reads
 from auditor.trail.queries import AuditQueryError
 from auditor.trail.schemas import AuditFilters, AuditRecordOut, ExportFilters
+from auditor.trail.witness import WitnessError, open_witness
 
 router = APIRouter(prefix="/v1/audits", tags=["compliance"])
 
@@ -41,9 +42,17 @@ def list_audits(filters: Annotated[AuditFilters, Query()], database: DatabaseDep
 
 
 @router.get("/verify", response_model=ChainReportOut)
-def verify_chain(database: DatabaseDep, settings: SettingsDep, reader: ReaderDep) -> ChainReportOut:
-    report = reads.verify(database, reader, hmac_key=settings.hmac_key.get_secret_value().encode())
-    return ChainReportOut.model_validate(report.to_dict())
+def verify_chain(database: DatabaseDep, settings: SettingsDep, reader: ReaderDep,
+                 witness: Annotated[bool, Query(description="also compare with AUDITOR_CHAIN_WITNESS")] = False
+                 ) -> ChainReportOut:
+    if witness and not settings.chain_witness:
+        raise ApiError(400, "no witness is configured (AUDITOR_CHAIN_WITNESS)", code="no_witness", param="witness")
+    try:
+        report = reads.verify(database, reader, hmac_key=settings.hmac_key.get_secret_value().encode(),
+                              witness=open_witness(settings.chain_witness) if witness and settings.chain_witness else None)
+    except WitnessError as exc:
+        raise ApiError(503, f"the chain witness is unavailable: {exc}", code="witness_unavailable") from exc
+    return ChainReportOut.model_validate(reads.scoped_report(database, reader, report))
 
 
 @router.get("/export")

@@ -11,12 +11,13 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from auditor.api.errors import ApiError
-from auditor.auth.principal import AuthenticationError, Principal, RoleNotAllowed, principal_for, require_role
+from auditor.auth.principal import AuthenticationError, AuthGuard, Principal, RoleNotAllowed, require_role
 from auditor.jobs.task_queue import TaskQueue
 from auditor.serving.inference import InferenceService
 from auditor.serving.metrics import ServiceMetrics
 from auditor.settings import Settings
 from auditor.store.database import Database
+from auditor.trail.access_log import log_denied
 
 
 @dataclass(slots=True)
@@ -27,6 +28,7 @@ class Services:
     inference: InferenceService
     metrics: ServiceMetrics
     task_queue: TaskQueue
+    auth: AuthGuard
     ready: bool = False
 
 
@@ -47,11 +49,11 @@ SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 DatabaseDep = Annotated[Database, Depends(get_database)]
 
 
-def authenticate(request: Request, database: DatabaseDep) -> Principal:
+def authenticate(request: Request, services: ServicesDep) -> Principal:
     """The caller, or 401. Runs in a worker thread (it queries the database)."""
-    with database.session() as session:
+    with services.database.session() as session:
         try:
-            return principal_for(session, _bearer_token(request.headers.get("authorization")))
+            return services.auth.principal_for(session, _bearer_token(request.headers.get("authorization")))
         except AuthenticationError as exc:
             raise ApiError(401, str(exc), code=exc.code) from exc
 
@@ -66,15 +68,17 @@ def _bearer_token(header: str | None) -> str | None:
 CallerDep = Annotated[Principal, Depends(authenticate)]
 
 
-def _role(*roles: str) -> Any:
-    def check(principal: CallerDep) -> Principal:
+def _role(*roles: str, trail_read: bool = False) -> Any:
+    def check(principal: CallerDep, request: Request, services: ServicesDep) -> Principal:
         try:
             return require_role(principal, *roles)
         except RoleNotAllowed as exc:
+            if trail_read:   # a refused read of the trail is itself part of who-tried-to-read-what
+                log_denied(services.database, principal, target=request.url.path, reason=str(exc))
             raise ApiError(403, str(exc), code="insufficient_role") from exc
     return Depends(check)
 
 
 ClientDep = Annotated[Principal, _role("client", "admin")]        # may run inference
-ReaderDep = Annotated[Principal, _role("auditor", "admin")]       # may read the trail and run re-audits
+ReaderDep = Annotated[Principal, _role("auditor", "admin", trail_read=True)]   # may read the trail, run re-audits
 AdminDep = Annotated[Principal, _role("admin")]

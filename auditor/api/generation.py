@@ -34,7 +34,6 @@ async def respond(services: Services, request: Request, principal: Principal, *,
     headers = {"X-Audit-Id": prepared.audit_id, "X-Request-Id": context.request_id}
     created = now()
     if body.stream:
-        await services.inference.probe_store()
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         first, rest = await start_stream(services.inference, prepared)
         chunks = event_stream(first, rest, make_chunk(prepared.audit_id, body.model, created), include_usage=include_usage)

@@ -8,7 +8,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
-from auditor.api.deps import ServicesDep
+from auditor.api.deps import ServicesDep, authenticate
+from auditor.api.errors import ApiError
 
 router = APIRouter(tags=["operations"])
 
@@ -34,5 +35,15 @@ def ready(services: ServicesDep) -> JSONResponse:
 
 
 @router.get("/metrics")
-def metrics(services: ServicesDep) -> Response:
+def metrics(request: Request, services: ServicesDep) -> Response:
+    """Prometheus text. `AUDITOR_METRICS_ACCESS`: "key" (an auditor or admin key, the default), "open", or "off"
+    (served only by the separate listener on `AUDITOR_METRICS_HOST:AUDITOR_METRICS_PORT`)."""
+    access = services.settings.metrics_access
+    if access == "off":
+        raise ApiError(404, "metrics are served on the separate metrics listener", code="not_found")
+    if access == "key":
+        principal = authenticate(request, services)
+        if principal.role not in ("auditor", "admin"):
+            raise ApiError(403, f"role {principal.role!r} may not read metrics (needs auditor or admin)",
+                           code="insufficient_role")
     return Response(services.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -20,6 +20,7 @@ from auditor.api.schemas import ReauditCreate, ReauditOut
 from auditor.auth.principal import Principal
 from auditor.jobs import reaudit, scoring
 from auditor.jobs.settings import WorkerSettings
+from auditor.trail.access_log import log_denied
 
 router = APIRouter(prefix="/v1/reaudits", tags=["re-audit"])
 
@@ -28,8 +29,9 @@ router = APIRouter(prefix="/v1/reaudits", tags=["re-audit"])
 def create_reaudit(body: Annotated[dict[str, Any], Body()], services: ServicesDep, reader: ReaderDep) -> ReauditOut:
     spec = _parse(body)
     if spec.filter is not None and spec.filter.tenant not in (None, reader.tenant) and reader.role != "admin":
-        raise ApiError(403, "only admins may re-audit other tenants' records", code="insufficient_role",
-                       param="filter.tenant")
+        reason = "only admins may re-audit other tenants' records"
+        log_denied(services.database, reader, target=f"reaudit_create:tenant={spec.filter.tenant}", reason=reason)
+        raise ApiError(403, reason, code="insufficient_role", param="filter.tenant")
     try:
         job_id = reaudit.create_job(services.database, tenant=reader.tenant, tenant_scope=reader.tenant_scope,
                                     evaluator_version=_evaluator_version(), filters=spec.filter,

@@ -11,35 +11,21 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from auditor.jobs.reaudit import DEFAULT_CHUNK_SIZE, ReauditFilter
-from auditor.trail.schemas import AuditRecordOut
+from auditor.trail.schemas import AuditRecordOut, CleanText
 
 # -- OpenAI-compatible requests ------------------------------------------------------------------
-
-
-def _no_nul(text: str) -> str:
-    # PostgreSQL text cannot hold NUL; refuse it at the door rather than fail the audit write later.
-    if "\x00" in text:
-        raise ValueError("text must not contain NUL characters")
-    return text
 
 
 class ContentPart(BaseModel):
     model_config = ConfigDict(extra="allow")
     type: Literal["text"]
-    text: str
-
-    _check_text = field_validator("text")(_no_nul)
+    text: CleanText
 
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
-
-    @field_validator("content")
-    @classmethod
-    def _check_content(cls, value: str | list[ContentPart] | None) -> str | list[ContentPart] | None:
-        return _no_nul(value) if isinstance(value, str) else value
+    content: CleanText | list[ContentPart] | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -62,18 +48,18 @@ class ResponseFormat(BaseModel):
 class _GenerationRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    model: str = Field(min_length=1, max_length=256)
+    model: CleanText = Field(min_length=1, max_length=256)
     temperature: float = Field(default=1.0, ge=0, le=2)
     top_p: float = Field(default=1.0, gt=0, le=1)
     max_tokens: int | None = Field(default=None, ge=1, le=32_768)
-    stop: str | list[str] | None = None
+    stop: CleanText | list[CleanText] | None = None
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     presence_penalty: float = Field(default=0.0, ge=-2, le=2)
     frequency_penalty: float = Field(default=0.0, ge=-2, le=2)
     n: int = Field(default=1, ge=1, le=1, description="Only n=1 is supported")
     stream: bool = False
     stream_options: StreamOptions | None = None
-    user: str | None = Field(default=None, max_length=256)
+    user: CleanText | None = Field(default=None, max_length=256)
 
     @field_validator("stop")
     @classmethod
@@ -96,10 +82,8 @@ class ChatCompletionRequest(_GenerationRequest):
 
 
 class CompletionRequest(_GenerationRequest):
-    prompt: str = Field(max_length=1_000_000)
+    prompt: CleanText = Field(max_length=1_000_000)
     logprobs: int | None = Field(default=None, ge=0, le=5)
-
-    _check_prompt = field_validator("prompt")(_no_nul)
     response_format: ResponseFormat | None = None
     echo: bool = False
 
@@ -114,17 +98,20 @@ class AuditPage(BaseModel):
 
 class ChainProblemOut(BaseModel):
     kind: str
-    seq: int
+    ledger: str = "records"
+    seq: int | None            # None for a tenant's reader: seqs reveal the trail's volume
     record_id: str | None
     detail: str
 
 
 class ChainReportOut(BaseModel):
     ok: bool
-    records_checked: int
-    checkpoints_checked: int
-    last_seq: int
+    records_checked: int | None   # the counts are for admins only
+    checkpoints_checked: int | None
+    last_seq: int | None
     problem: ChainProblemOut | None = None
+    ledgers: dict[str, Any] | None = None
+    extra: dict[str, Any] | None = None
 
 
 # -- re-audit jobs ----------------------------------------------------------------------------------

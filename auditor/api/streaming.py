@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import anyio
+
 from auditor.api.errors import audit_store_unavailable, error_body
 from auditor.api.openai_format import ChunkFactory, sse, usage
 from auditor.serving.inference import AuditUnavailable, BadRequest, InferenceService, Outcome, Prepared
@@ -19,7 +21,7 @@ Piece = str | Outcome
 
 async def start_stream(inference: InferenceService, prepared: Prepared) -> tuple[Piece, AsyncIterator[Piece]]:
     """The first piece and the rest; raises BadRequest / AuditUnavailable before any byte is sent."""
-    pieces = inference.stream(prepared)
+    pieces = inference.stream(prepared, durable=True)
     return await anext(pieces), pieces
 
 
@@ -49,4 +51,7 @@ async def event_stream(first: Piece, rest: AsyncIterator[Piece], make_chunk: Chu
     except BadRequest as exc:
         yield sse(error_body(400, str(exc), exc.code, exc.param))
     finally:
-        await rest.aclose()  # a client that went away: the service records the request as ended early
+        # A client that went away cancels this generator; shielded, the close still runs now (not whenever the
+        # GC finalises it), so the service records the request as ended early and the engine frees its blocks.
+        with anyio.CancelScope(shield=True):
+            await rest.aclose()

@@ -64,5 +64,7 @@ def find_active_key(session: Session, plaintext: str) -> ApiKey | None:
     return session.execute(query).scalar()
 
 
-def any_active_key(session: Session) -> bool:
-    return session.execute(select(ApiKey.id).where(ApiKey.revoked_at.is_(None)).limit(1)).first() is not None
+def keys_ever_created(session: Session) -> bool:
+    """Whether any key, revoked or not, exists. Keys are revoked, never deleted, so once this is true the
+    service requires a key for good (revoking the last key must not reopen development mode)."""
+    return session.execute(select(ApiKey.id).limit(1)).first() is not None

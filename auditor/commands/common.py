@@ -25,9 +25,9 @@ def load_settings() -> Settings:
 
 
 def open_database(settings: Settings, *, migrate: bool = True) -> Database:
-    database = Database(settings.database_url, sqlite_synchronous=settings.sqlite_synchronous)
+    database = Database.from_settings(settings)
     if migrate and settings.auto_migrate:
-        guarded(database.upgrade)
+        guarded(database.upgrade, hmac_key=settings.hmac_key.get_secret_value().encode())
     return database
 
 

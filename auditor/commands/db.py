@@ -21,8 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _upgrade(args: argparse.Namespace) -> int:
-    database = open_database(load_settings(), migrate=False)
-    guarded(database.upgrade, args.revision)
+    settings = load_settings()
+    database = open_database(settings, migrate=False)
+    guarded(database.upgrade, args.revision, hmac_key=settings.hmac_key.get_secret_value().encode())
     print(f"audit store at {database.engine.url.render_as_string(hide_password=True)} upgraded to {args.revision}")
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import secrets
 
 from sqlalchemy.orm import Session
 
@@ -25,6 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     revoke = actions.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("key_id")
     revoke.set_defaults(func=_revoke)
+    gen_hmac = actions.add_parser("gen-hmac", help="print a random AUDITOR_HMAC_KEY (48 random bytes, URL-safe base64)")
+    gen_hmac.set_defaults(func=_gen_hmac)
 
 
 def _create(args: argparse.Namespace) -> int:
@@ -52,4 +55,10 @@ def _list(args: argparse.Namespace) -> int:
 def _revoke(args: argparse.Namespace) -> int:
     in_session(lambda session: revoke_key(session, args.key_id), user_errors=(ApiKeyError,))
     print(f"revoked {args.key_id}")
+    return 0
+
+
+def _gen_hmac(_args: argparse.Namespace) -> int:
+    # 48 bytes of randomness, 64 characters: above the 32-byte floor production enforces.
+    print(secrets.token_urlsafe(48))
     return 0

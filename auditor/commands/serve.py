@@ -22,7 +22,8 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from auditor.app import create_app
-    from auditor.auth.keys import any_active_key
+    from auditor.auth.keys import keys_ever_created
+    from auditor.auth.principal import LOOPBACK_HOSTS
 
     settings = load_settings()
     host, port = args.host or settings.host, args.port or settings.port
@@ -31,16 +32,18 @@ def _serve(args: argparse.Namespace) -> int:
         raise CliError(f"no model at {model_path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
     database = open_database(settings)
 
-    def keys_configured() -> bool:
+    def keys_exist() -> bool:
         with database.session() as session:
-            return any_active_key(session)
+            return keys_ever_created(session)
 
-    has_keys = guarded(keys_configured)
+    has_keys = guarded(keys_exist)
     database.dispose()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    if not has_keys and host != "127.0.0.1":
+    if not has_keys and host not in LOOPBACK_HOSTS and settings.environment != "production":
         # Without keys nobody is authenticated: never expose that beyond this machine.
-        logger.warning("development mode (no API keys): binding 127.0.0.1 instead of %s", host)
+        logger.warning("development mode (no API key yet): binding 127.0.0.1 instead of %s", host)
         host = "127.0.0.1"
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    # The app decides development mode from the address it is really bound to.
+    uvicorn.run(create_app(settings.model_copy(update={"host": host, "port": port})), host=host, port=port,
+                log_level="info")
     return 0

@@ -125,8 +125,9 @@ class OutputGate:
     """
 
     def __init__(self, verifier: Verifier, *, domain: str | None, prompt: str | None, intent: str | None = None,
-                 hold_all: bool = False) -> None:
+                 hold_all: bool = False, pii_action: str = "redact") -> None:
         self.verifier = verifier
+        self.pii_action = pii_action
         self.domain = domain
         self.prompt = prompt
         self.intent = intent
@@ -175,8 +176,29 @@ class OutputGate:
         if action == "block":
             return ""
         if action == "redact":
-            return self._release((found.redacted_text or "[redacted]") + trailing)
-        return self._release(sentence)
+            return self._release(self._screen_pii((found.redacted_text or "[redacted]") + trailing))
+        return self._release(self._screen_pii(sentence))
+
+    def _screen_pii(self, text: str) -> str:
+        """The output's PII rule, after the validators have judged the sentence as the model wrote it: PII in
+        model output (a memorised SSN, an email from the prompt) is redacted by default, or per domain
+        annotated, blocked or allowed (`AUDITOR_OUTPUT_PII_ACTION`)."""
+        if self.pii_action == "allow":
+            return text
+        matches = find_pii(text)
+        if not matches:
+            return text
+        kinds = sorted({m.kind for m in matches})
+        verb = {"redact": "redacted from", "block": "blocked in", "annotate": "found in"}[self.pii_action]
+        self.decisions.append(GateDecision("output", "pii.output", self.pii_action,
+                                           f"{len(matches)} PII span(s) {verb} the output ({', '.join(kinds)})",
+                                           {"kinds": kinds, "count": len(matches), "detectors": detector_versions()}))
+        if self.pii_action == "block":
+            return ""
+        if self.pii_action == "annotate":
+            self.annotations.append(f"the output contains PII ({', '.join(kinds)})")
+            return text
+        return redact_pii(text, matches)[0]
 
     def _release(self, text: str) -> str:
         self.delivered += text

@@ -3,8 +3,10 @@
 Detectors (validated, not just pattern-matched, where a checksum exists):
 - email addresses (pattern)
 - payment card numbers: 13-19 digits, Luhn-valid (python-stdnum)
-- IBANs: checksum-valid (schwifty)
-- US social security numbers: dashed form, area/group/serial rules (python-stdnum `us.ssn`)
+- IBANs: checksum-valid (schwifty), in any letter case and grouping
+- US social security numbers: dashed, spaced or bare nine digits, with the area/group/serial rules
+  (python-stdnum `us.ssn`); a bare nine-digit number only next to an SSN cue word, since CUSIPs and
+  routing numbers are nine digits too
 - phone numbers: `phonenumbers`' matcher (valid numbers only), default region US
 """
 
@@ -23,8 +25,10 @@ from stdnum.us import ssn as us_ssn
 
 _EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
 _CARD = re.compile(r"\b(?:\d[ -]?){12,18}\d\b")
-_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b")
-_SSN = re.compile(r"\b\d{3}-\d{2}-\d{4}\b")
+_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b", re.IGNORECASE)
+# Separators consistent within the number: 123-45-6789, 123 45 6789 or 123456789.
+_SSN_CUE = re.compile(r"(?i)\b(?:ssn|ss#|social[ -]security|soc\.? ?sec|taxpayer id|tin)\b")
+_SSN = re.compile(r"(?<![\d-])\d{3}([- ]?)\d{2}\1\d{4}(?![\d-])")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +43,7 @@ def find_pii(text: str, *, phone_region: str = "US") -> list[PiiMatch]:
     candidates = [PiiMatch("email", m.start(), m.end()) for m in _EMAIL.finditer(text)]
     candidates += [PiiMatch("card", m.start(), m.end()) for m in _CARD.finditer(text) if _is_card(m.group())]
     candidates += [PiiMatch("iban", m.start(), m.end()) for m in _IBAN.finditer(text) if _is_iban(m.group())]
-    candidates += [PiiMatch("ssn", m.start(), m.end()) for m in _SSN.finditer(text) if us_ssn.is_valid(m.group())]
+    candidates += [PiiMatch("ssn", m.start(), m.end()) for m in _SSN.finditer(text) if _is_ssn(text, m)]
     candidates += [
         PiiMatch("phone", m.start, m.end)
         for m in phonenumbers.PhoneNumberMatcher(text, phone_region, leniency=phonenumbers.Leniency.VALID)
@@ -73,9 +77,16 @@ def _is_card(candidate: str) -> bool:
     return 13 <= len(digits) <= 19 and luhn.is_valid(digits)
 
 
+def _is_ssn(text: str, match: re.Match[str]) -> bool:
+    if not us_ssn.is_valid(re.sub(r"\D", "", match.group())):
+        return False
+    separated = bool(match.group(1))
+    return separated or bool(_SSN_CUE.search(text[max(0, match.start() - 40):match.start()]))
+
+
 def _is_iban(candidate: str) -> bool:
     try:
-        IBAN(candidate)
+        IBAN(candidate.upper())
     except SchwiftyException:
         return False
     return True

@@ -152,7 +152,6 @@ def import_lines(database: Database, lines: list[str], *, settings: Settings, te
                             imported=0, skipped=len(errors), status="importing", created_at=utcnow(),
                             errors=[{"line": e.line, "message": e.message} for e in errors])
         session.add(batch)
-    hmac_key = settings.hmac_key.get_secret_value().encode()
     for start in range(0, len(valid), APPEND_BATCH):
         part = valid[start:start + APPEND_BATCH]
         last = start + APPEND_BATCH >= len(valid)
@@ -162,7 +161,7 @@ def import_lines(database: Database, lines: list[str], *, settings: Settings, te
             links = []
             for number, line in part:
                 record = _new_record(line, number, batch.id, tenant=tenant, settings=settings)
-                append_in_transaction(conn, record, hmac_key=hmac_key, checkpoint_interval=settings.checkpoint_interval)
+                append_in_transaction(conn, record, key=database.chain_key)
                 links.append({"import_id": batch.id, "line": number, "record_id": record.id})
             conn.execute(insert(ImportedOutput), links)
             done = {"status": "complete", "finished_at": utcnow()} if last else {}

@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from auditor.jobs import reaudit, reaudit_chunks, scoring
 from auditor.jobs.outbox import acknowledge_hook, dispatch_once
 from auditor.store.database import Database
+from auditor.trail.segments import recover_interrupted_streams
 
 logger = logging.getLogger("auditor.tasks")
 
@@ -96,12 +97,13 @@ class EmbeddedWorker:
 
     def __init__(self, database: Database, evaluator_factory: Callable[[], scoring.Evaluator], *,
                  workers: int = 2, interval_s: float = 0.5, redeliver_after_s: float = 300.0,
-                 chunk_stall_after_s: float = 300.0) -> None:
+                 chunk_stall_after_s: float = 300.0, stream_recovery_after_s: float = 300.0) -> None:
         self.queue = InProcessTaskQueue(database, evaluator_factory, workers=workers)
         self.database = database
         self.interval_s = interval_s
         self.redeliver_after_s = redeliver_after_s
         self.chunk_stall_after_s = chunk_stall_after_s
+        self.stream_recovery_after_s = stream_recovery_after_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="auditor-embedded-dispatcher", daemon=True)
 
@@ -120,6 +122,7 @@ class EmbeddedWorker:
         # and then their heartbeat is as stale as their enqueue time, so one threshold serves both.
         reaudit.requeue_stalled(self.database, self.queue, stall_after_s=self.chunk_stall_after_s,
                                 queued_after_s=self.chunk_stall_after_s * 4)
+        recover_interrupted_streams(self.database, idle_for_s=self.stream_recovery_after_s)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -34,6 +34,7 @@ class ReauditJob(Base):
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     tenant: Mapped[str] = mapped_column(String(128), index=True)          # who created it
     tenant_scope: Mapped[str | None] = mapped_column(String(128))         # None: all tenants (admin)
+    tenants_covered: Mapped[list[Any] | None]                             # tenants whose records the job read
     source: Mapped[str] = mapped_column(String(16))                       # records | import
     filters: Mapped[dict[str, Any] | None]
     import_id: Mapped[str | None] = mapped_column(String(36))

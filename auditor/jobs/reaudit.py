@@ -23,7 +23,7 @@ from auditor.store.base import utcnow
 from auditor.store.database import Database
 from auditor.trail.access_log import Reader, log_access
 from auditor.trail.models import AuditRecord
-from auditor.trail.queries import filtered_query
+from auditor.trail.queries import filtered_query, plausible_id
 from auditor.trail.schemas import AuditFilters, RecordFilter
 
 logger = logging.getLogger("auditor.jobs.reaudit")
@@ -79,6 +79,10 @@ def create_job(
                 {"job_id": job.id, "record_id": record_id, "chunk": index // chunk_size, "status": "pending"}
                 for index, record_id in enumerate(record_ids[first:first + _INSERT_BATCH], start=first)
             ])
+        # Who may read the job's summary (it quotes claims and evidence) depends on whose records it covers.
+        job.tenants_covered = sorted(session.execute(
+            select(AuditRecord.tenant).join(ReauditItem, ReauditItem.record_id == AuditRecord.id)
+            .where(ReauditItem.job_id == job.id).distinct()).scalars())
         if record_ids:
             chunks = (len(record_ids) + chunk_size - 1) // chunk_size
             session.execute(insert(ReauditChunk), [
@@ -97,7 +101,7 @@ def _select_records(session: Session, *, tenant_scope: str | None, filters: Reau
         query = filtered_query(filters.to_audit_filters(), tenant_scope=tenant_scope)
         query = query.with_only_columns(AuditRecord.id).order_by(None).order_by(AuditRecord.seq)
         return list(session.execute(query).scalars())
-    batch = session.get(ImportBatch, import_id)
+    batch = session.get(ImportBatch, import_id) if plausible_id(import_id or "") else None
     if batch is None or (tenant_scope is not None and batch.tenant != tenant_scope):
         raise ReauditNotFound(f"no import {import_id!r}")
     query = (select(ImportedOutput.record_id).where(ImportedOutput.import_id == import_id)
@@ -130,10 +134,22 @@ def _chunks_with_pending(session: Session, job_id: str) -> list[int]:
 
 
 def get_job(session: Session, job_id: str, *, tenant_scope: str | None) -> ReauditJob:
-    job = session.get(ReauditJob, job_id)
-    if job is None or (tenant_scope is not None and job.tenant != tenant_scope):
+    """The job, if the caller may see it: admins see every job; anyone else only jobs of their own tenant that
+    covered no other tenant's records (an admin's job over tenants A and B is not A's to read)."""
+    job = session.get(ReauditJob, job_id) if plausible_id(job_id) else None
+    if job is None or not _visible(job, tenant_scope):
         raise ReauditNotFound(f"no re-audit job {job_id!r}")
     return job
+
+
+def _visible(job: ReauditJob, tenant_scope: str | None) -> bool:
+    if tenant_scope is None:
+        return True
+    if job.tenant != tenant_scope:
+        return False
+    if job.tenants_covered is None:   # a job from before coverage was recorded: only if it was tenant-scoped
+        return job.tenant_scope == tenant_scope
+    return set(job.tenants_covered) <= {tenant_scope}
 
 
 def cancel_job(database: Database, job_id: str, *, tenant_scope: str | None) -> None:
@@ -166,7 +182,12 @@ def job_view(database: Database, reader: Reader, job_id: str, *, action: str | N
     summary (it quotes records' claims) go to the access log; polls of a running job do not, so watching
     a job cannot flood the log."""
     with database.session() as session:
-        job = get_job(session, job_id, tenant_scope=reader.tenant_scope)
+        job = session.get(ReauditJob, job_id) if plausible_id(job_id) else None
+        if job is None or not _visible(job, reader.tenant_scope):
+            with database.session(write=True) as log_session:   # a failed read is logged like a record's
+                log_access(log_session, reader, key=database.chain_key, action=action or "reaudit_show",
+                           target=job_id[:64], result_count=0)
+            raise ReauditNotFound(f"no re-audit job {job_id!r}")
         view = {
             "id": job.id, "status": job.status, "source": job.source, "filter": job.filters,
             "import_id": job.import_id, "evaluator_version": job.evaluator_version, "created_at": job.created_at,
@@ -177,7 +198,7 @@ def job_view(database: Database, reader: Reader, job_id: str, *, action: str | N
         # A write transaction of its own: on SQLite, upgrading the read above to a writer could hit
         # SQLITE_BUSY while workers commit evaluations.
         with database.session(write=True) as session:
-            log_access(session, reader, action=action or "reaudit_show", target=job_id, filters=view["filter"],
+            log_access(session, reader, key=database.chain_key, action=action or "reaudit_show", target=job_id, filters=view["filter"],
                        result_count=view["progress"]["total"])
     return view
 
@@ -207,31 +228,29 @@ def progress_of(session: Session, job: ReauditJob, *, now: datetime | None = Non
 def requeue_stalled(database: Database, queue: TaskQueue, *, stall_after_s: float = 300.0,
                     queued_after_s: float = 3600.0, max_deliveries: int = 10) -> int:
     """Re-enqueue chunks whose worker died (no heartbeat for `stall_after_s`) or whose message was lost
-    (never started within `queued_after_s`); finish jobs whose last finisher died. Returns chunks sent."""
+    (never started within `queued_after_s`); finish jobs whose last finisher died. Returns chunks sent.
+
+    Chunks are claimed in one commit and published after it, as the outbox does: a broker call inside the
+    transaction would hold SQLite's global write lock during network I/O. A chunk whose publish fails gets
+    its previous state back, so the next sweep tries again at once."""
     now = utcnow()
     stalled = and_(ReauditChunk.heartbeat_at.is_not(None),
                    ReauditChunk.heartbeat_at <= now - timedelta(seconds=stall_after_s))
     lost = and_(ReauditChunk.heartbeat_at.is_(None), ReauditChunk.enqueued_at <= now - timedelta(seconds=queued_after_s))
-    sent = 0
     with database.session(write=True) as session:
         rows = session.execute(
-            select(ReauditChunk.job_id, ReauditChunk.chunk, ReauditChunk.deliveries)
+            select(ReauditChunk.job_id, ReauditChunk.chunk, ReauditChunk.deliveries, ReauditChunk.enqueued_at,
+                   ReauditChunk.heartbeat_at)
             .join(ReauditJob, ReauditJob.id == ReauditChunk.job_id)
             .where(ReauditJob.status == "running", ReauditChunk.finished_at.is_(None), or_(stalled, lost))
             .limit(500).with_for_update(of=ReauditChunk, skip_locked=True)
         ).all()
-        for job_id, chunk, deliveries in rows:
-            if deliveries >= max_deliveries:
-                continue   # handled below, outside this transaction
-            try:
-                queue.enqueue_chunk(job_id, chunk)
-            except Exception as exc:
-                logger.warning("re-audit %s: could not re-enqueue chunk %d (%s)", job_id, chunk, exc)
-                break
-            session.execute(update(ReauditChunk).where(ReauditChunk.job_id == job_id, ReauditChunk.chunk == chunk)
-                            .values(enqueued_at=now, heartbeat_at=None, deliveries=deliveries + 1))
-            sent += 1
-    for job_id, chunk, deliveries in rows:
+        claimed = [row for row in rows if row.deliveries < max_deliveries]
+        for row in claimed:
+            session.execute(update(ReauditChunk).where(ReauditChunk.job_id == row.job_id, ReauditChunk.chunk == row.chunk)
+                            .values(enqueued_at=now, heartbeat_at=None, deliveries=row.deliveries + 1))
+    sent = _publish_claimed(database, queue, claimed)
+    for job_id, chunk, deliveries, _, _ in rows:
         if deliveries >= max_deliveries:
             evaluator_version = _evaluator_version(database, job_id)
             fail_pending_in_chunk(database, evaluator_version, job_id=job_id, chunk=chunk,
@@ -241,6 +260,22 @@ def requeue_stalled(database: Database, queue: TaskQueue, *, stall_after_s: floa
     for job_id in running:
         finalize_if_complete(database, job_id)
     return sent
+
+
+def _publish_claimed(database: Database, queue: TaskQueue, claimed: list[Any]) -> int:
+    for position, row in enumerate(claimed):
+        try:
+            queue.enqueue_chunk(row.job_id, row.chunk)
+        except Exception as exc:
+            logger.warning("re-audit %s: could not re-enqueue chunk %d (%s)", row.job_id, row.chunk, exc)
+            with database.session(write=True) as session:
+                for unsent in claimed[position:]:
+                    session.execute(update(ReauditChunk)
+                                    .where(ReauditChunk.job_id == unsent.job_id, ReauditChunk.chunk == unsent.chunk)
+                                    .values(enqueued_at=unsent.enqueued_at, heartbeat_at=unsent.heartbeat_at,
+                                            deliveries=unsent.deliveries))
+            return position
+    return len(claimed)
 
 
 def _evaluator_version(database: Database, job_id: str) -> str:

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from auditor.store.base import utcnow
 from auditor.store.database import Database
 from auditor.trail.models import AuditRecord, Evaluation
+from auditor.trail.records import seal_evaluations
 
 GATE_ACTIONS = ("allow", "annotate", "redact", "block", "refuse")
 
@@ -184,6 +185,7 @@ def _insert(database: Database, request: ScoreRequest, evaluator_version: str, s
     evaluation = _new_evaluation(request, evaluator_version, scored, failure_reason)
     try:
         with database.session(write=True) as session:
+            seal_evaluations(session.connection(), [evaluation], database.chain_key)
             session.add(evaluation)
             session.flush()   # the unique index fires here, before any hook runs
             for hook in request.on_commit:
@@ -262,6 +264,7 @@ def score_batch(
         ready.append((request, _new_evaluation(request, evaluator.version, scored, failure), scored))
     try:
         with database.session(write=True) as session:
+            seal_evaluations(session.connection(), [evaluation for _, evaluation, _ in ready], database.chain_key)
             session.add_all([evaluation for _, evaluation, _ in ready])
             session.flush()
             for request, evaluation, scored in ready:

@@ -17,6 +17,7 @@ class WorkerSettings(BaseSettings):
     redeliver_after_s: float = 300.0          # outbox rows unacknowledged this long are published again
     chunk_stall_after_s: float = 300.0        # a started chunk with no heartbeat this long is re-enqueued
     chunk_queued_after_s: float = 3600.0      # an enqueued chunk never started this long is re-enqueued
+    stream_recovery_after_s: float = 300.0    # a stream's committed segments idle this long, with no record: recovered
     visibility_timeout_s: int = 3600          # Redis: unacknowledged messages come back after this
     score_soft_time_limit_s: int = 60
     chunk_soft_time_limit_s: int = 600

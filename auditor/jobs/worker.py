@@ -24,6 +24,8 @@ from auditor.jobs.outbox import acknowledge_hook, dispatch_once
 from auditor.jobs.settings import WorkerSettings, worker_settings
 from auditor.settings import get_settings
 from auditor.store.database import Database
+from auditor.trail.segments import recover_interrupted_streams
+from auditor.trail.witness import WitnessPublisher, open_witness
 
 logger = logging.getLogger("auditor.jobs.worker")
 
@@ -91,7 +93,7 @@ def resources() -> _Resources:
 
 def _open_database() -> Database:
     settings = get_settings()
-    return Database(settings.database_url, sqlite_synchronous=settings.sqlite_synchronous)
+    return Database.from_settings(settings)
 
 
 @worker_init.connect
@@ -187,8 +189,9 @@ class CeleryTaskQueue:
 class Dispatcher:
     """Runs outbox dispatch and the re-audit sweeper every `interval_s` until stopped."""
 
-    def __init__(self, database: Database, queue: Any, settings: WorkerSettings) -> None:
-        self.database, self.queue, self.settings = database, queue, settings
+    def __init__(self, database: Database, queue: Any, settings: WorkerSettings,
+                 witness: WitnessPublisher | None = None) -> None:
+        self.database, self.queue, self.settings, self.witness = database, queue, settings, witness
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="auditor-dispatcher", daemon=True)
 
@@ -204,6 +207,9 @@ class Dispatcher:
                       redeliver_after_s=self.settings.redeliver_after_s)
         reaudit.requeue_stalled(self.database, self.queue, stall_after_s=self.settings.chunk_stall_after_s,
                                 queued_after_s=self.settings.chunk_queued_after_s)
+        recover_interrupted_streams(self.database, idle_for_s=self.settings.stream_recovery_after_s)
+        if self.witness is not None:
+            self.witness.publish_once()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.settings.dispatch_interval_s):
@@ -221,7 +227,9 @@ def _start_dispatcher(**_: Any) -> None:
     global _dispatcher
     if _SETTINGS.dispatch_interval_s <= 0:
         return
-    _dispatcher = Dispatcher(_open_database(), CeleryTaskQueue(), _SETTINGS)
+    database, address = _open_database(), get_settings().chain_witness
+    witness = WitnessPublisher(database, open_witness(address)) if address else None
+    _dispatcher = Dispatcher(database, CeleryTaskQueue(), _SETTINGS, witness)
     _dispatcher.start()
 
 

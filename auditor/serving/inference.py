@@ -1,25 +1,26 @@
 """The audited inference path: input gate -> KG linking -> engine -> output gate -> audit record.
 
-Nothing leaves before its record is committed. Non-streaming: the response is built only after the
-commit. Streaming: each sentence passes the output gate before it is sent, the record is committed
-before the final chunk and `[DONE]`, and if that commit fails the client gets an error event instead
-(sentences already sent cannot be recalled; the store is probed before the first byte so an
-unavailable store fails the request before any output). A client that disconnects mid-stream still
-gets its request recorded, with status "error".
+Nothing leaves without a committed record. Non-streaming: the response is built only after the record's
+commit. Streaming: the stream's opening row is committed before anything runs (a store that takes no
+writes fails the request with 503 before the first byte); each sentence passes the output gate and is
+committed as a segment before it is sent (`auditor.trail.segments`); the chained record, which takes
+the segments over, is committed before the final chunk and `[DONE]`. If a write fails, the client gets
+an error event and nothing more, and the committed segments are recovered into an "error" record. A
+client that disconnects mid-stream still gets its request recorded, with status "error".
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import anyio
-from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from auditor.auth.principal import Principal
@@ -30,7 +31,8 @@ from auditor.serving.metrics import ServiceMetrics
 from auditor.settings import Settings
 from auditor.store.database import Database
 from auditor.trail.chain import sha256_text
-from auditor.trail.records import NewRecord, append_record
+from auditor.trail.records import NewRecord, append_in_transaction
+from auditor.trail.segments import StreamOpening, commit_segment, open_stream, release_segments
 from engine.outputs import RequestOutput, TokenLogprob
 from engine.sampling_params import InvalidRequestError, SamplingParams
 
@@ -158,17 +160,6 @@ class InferenceService:
             params=params, input_gate=gate, kg=kg, content_mode=mode,
         )
 
-    async def probe_store(self) -> None:
-        """Fail before the first streamed byte if the audit store cannot be reached."""
-        def probe() -> None:
-            with self.database.engine.connect() as conn:
-                conn.execute(text("SELECT 1"))
-        try:
-            await anyio.to_thread.run_sync(probe)
-        except SQLAlchemyError as exc:
-            self.metrics.audit_failures.inc()
-            raise AuditUnavailable(str(exc.__class__.__name__)) from exc
-
     # -- running ---------------------------------------------------------------------------------
     async def complete(self, prepared: Prepared) -> Outcome:
         """Generate, gate and record; return only after the record is committed."""
@@ -177,16 +168,28 @@ class InferenceService:
         assert isinstance(outcome, Outcome)
         return outcome
 
-    async def stream(self, prepared: Prepared) -> AsyncIterator[str | Outcome]:
-        """Released text pieces, then the Outcome once the record is committed (raises AuditUnavailable)."""
+    async def stream(self, prepared: Prepared, *, durable: bool = False) -> AsyncIterator[str | Outcome]:
+        """Released text pieces, then the Outcome once the record is committed (raises AuditUnavailable).
+
+        `durable` (streaming clients): the stream's opening row is committed before anything runs, and each
+        piece is committed as a segment before it is yielded, so no byte leaves without a committed row."""
         hold_all = (prepared.params.response_format or {}).get("type") in ("json_object", "json_schema")
         gate = OutputGate(self.verifier, domain=prepared.context.domain, prompt=prepared.gate_text,
-                          intent=prepared.context.intent, hold_all=hold_all)
+                          intent=prepared.context.intent, hold_all=hold_all,
+                          pii_action=self.settings.output_pii_action_for(prepared.context.domain))
         generation = _Generation()
+        opening = self._opening(prepared) if durable else None
         record_attempted = False
         try:
+            if opening is not None:
+                await self._store(open_stream, self.database, opening, timeout_s=self.settings.store_timeout_s)
             if prepared.input_gate.refusal is None:
+                index = 0
                 async for piece in self._generate(prepared, gate, generation):
+                    if opening is not None:
+                        index += 1
+                        await self._store(commit_segment, self.database, opening, index,
+                                          self._stored_text(prepared, piece), timeout_s=self.settings.store_timeout_s)
                     yield piece
             outcome = self._outcome(prepared, gate, generation)
             record_attempted = True
@@ -201,6 +204,25 @@ class InferenceService:
                 with anyio.CancelScope(shield=True):
                     await self._record_failure(prepared, gate, generation, "request ended before completion",
                                                swallow=True)
+
+    def _opening(self, prepared: Prepared) -> StreamOpening:
+        context = prepared.context
+        return StreamOpening(prepared.audit_id, context.principal.tenant, prepared.content_mode, {
+            "key_id": context.principal.key_id, "request_id": context.request_id, "endpoint": context.endpoint,
+            "intent": context.intent, "domain": context.domain, "model_id": getattr(self.engine, "model_id", None),
+        })
+
+    @staticmethod
+    def _stored_text(prepared: Prepared, text: str) -> str:
+        return redact_pii(text)[0] if prepared.content_mode == "redacted" else text
+
+    async def _store(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        """A store write on the request path, off the event loop; any failure is AuditUnavailable (503)."""
+        try:
+            await anyio.to_thread.run_sync(functools.partial(write, *args, **kwargs))
+        except (SQLAlchemyError, OSError) as exc:
+            self.metrics.audit_failures.inc()
+            raise AuditUnavailable(exc.__class__.__name__) from exc
 
     async def _generate(self, prepared: Prepared, gate: OutputGate, generation: _Generation) -> AsyncIterator[str]:
         kwargs = {"request_id": prepared.audit_id, "intent": prepared.context.intent,
@@ -244,11 +266,7 @@ class InferenceService:
         record = self._build_record(prepared, gate, generation, outcome.status, outcome.gate_action, outcome.text,
                                     outcome.finish_reason, None)
         started = time.perf_counter()
-        try:
-            await anyio.to_thread.run_sync(self._append, record)
-        except (SQLAlchemyError, OSError) as exc:
-            self.metrics.audit_failures.inc()
-            raise AuditUnavailable(exc.__class__.__name__) from exc
+        await self._store(self._append, record)
         self.metrics.audit_write.observe(time.perf_counter() - started)
         self._count(prepared, gate, outcome, generation)
 
@@ -258,16 +276,17 @@ class InferenceService:
         record = self._build_record(prepared, gate, generation, "error", action, gate.delivered,
                                     generation.finish_reason or "abort", error)
         try:
-            await anyio.to_thread.run_sync(self._append, record)
-        except (SQLAlchemyError, OSError) as exc:
-            self.metrics.audit_failures.inc()
+            await self._store(self._append, record)
+        except AuditUnavailable:
             if not swallow:
-                raise AuditUnavailable(exc.__class__.__name__) from exc
+                raise
         self.metrics.requests.labels(prepared.context.endpoint, "error").inc()
 
     def _append(self, record: NewRecord) -> None:
-        append_record(self.database, record, hmac_key=self.settings.hmac_key.get_secret_value().encode(),
-                      checkpoint_interval=self.settings.checkpoint_interval)
+        """Chain the record; the segments it now covers go in the same commit."""
+        with self.database.write_connection(timeout_s=self.settings.store_timeout_s) as conn:
+            append_in_transaction(conn, record, key=self.database.chain_key)
+            release_segments(conn, record.id)
 
     def _build_record(self, prepared: Prepared, gate: OutputGate, generation: _Generation, status: str,
                       action: str, delivered: str, finish_reason: str, error: str | None) -> NewRecord:
@@ -283,10 +302,10 @@ class InferenceService:
             timings["service_ttft_s"] = round(generation.first_release - prepared.started, 6)
         return NewRecord(
             id=prepared.audit_id, tenant=prepared.context.principal.tenant, status=status,
-            key_id=prepared.context.principal.key_id, request_id=prepared.context.request_id,
+            key_id=prepared.context.principal.key_id, request_id=_stored_free_text(prepared, prepared.context.request_id),
             endpoint=prepared.context.endpoint, intent=prepared.context.intent, domain=prepared.context.domain,
             model_id=getattr(self.engine, "model_id", None), checkpoint_hash=getattr(self.engine, "checkpoint_hash", None),
-            sampling_params=_params_for_record(prepared.params), kg_version=self.knowledge.kg_version(prepared.context.domain) if prepared.context.domain else None,
+            sampling_params=_params_for_record(prepared), kg_version=self.knowledge.kg_version(prepared.context.domain) if prepared.context.domain else None,
             rule_pack_hash=self.verifier.rule_pack_hash(prepared.context.domain), content_mode=prepared.content_mode,
             prompt=prepared.stored_prompt,
             output=output, delivered_output=delivered,
@@ -311,9 +330,17 @@ class InferenceService:
             self.metrics.ttft.observe(generation.first_release - prepared.started)
 
 
-def _params_for_record(params: SamplingParams) -> dict[str, Any]:
-    """Sampling parameters as stored: the allowed-entity list is summarised by its size and digest."""
-    values = asdict(params)
+def _stored_free_text(prepared: Prepared, text: str) -> str:
+    """Client-chosen strings outside the prompt (X-Request-Id, stop sequences) follow the content mode too:
+    unless it is "raw", PII in them is redacted from the stored copy."""
+    return text if prepared.content_mode == "raw" else redact_pii(text)[0]
+
+
+def _params_for_record(prepared: Prepared) -> dict[str, Any]:
+    """Sampling parameters as stored: the allowed-entity list is summarised by its size and digest, and stop
+    sequences are stored under the content mode's PII rule."""
+    values = asdict(prepared.params)
+    values["stop"] = [_stored_free_text(prepared, stop) for stop in values.get("stop") or []]
     extra = values.pop("extra_args")
     kg = extra.get("kg_constraint")
     if kg:

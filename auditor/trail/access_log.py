@@ -9,6 +9,10 @@ from typing import Any, Protocol
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
+from auditor.store.base import utcnow
+from auditor.store.database import ChainKey, Database
+from auditor.trail.chain import chain_entries
+from auditor.trail.ledgers import ACCESS
 from auditor.trail.models import AccessLogEntry
 
 
@@ -35,15 +39,34 @@ class CliOperator:
     tenant_scope: str | None = None
 
 
-def log_access(session: Session, reader: Reader, *, action: str, target: str | None = None,
-               filters: dict[str, Any] | None = None, result_count: int | None = None) -> None:
-    """Record a read of the trail (in the caller's transaction)."""
-    session.add(AccessLogEntry(
-        key_id=reader.key_id, tenant=reader.tenant, role=reader.role, action=action, target=target,
-        filters=filters, result_count=result_count,
-    ))
+def _storable(text: str) -> str:
+    """A caller-chosen string (an id from a URL) as the store can keep it: NUL and invalid Unicode escaped."""
+    escaped = text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+    return escaped[:64]
+
+
+def log_access(session: Session, reader: Reader, *, key: ChainKey, action: str, target: str | None = None,
+               filters: dict[str, Any] | None = None, result_count: int | None = None,
+               record_ids: list[str] | None = None) -> None:
+    """Record a read of the trail, chained in the access ledger, in the caller's write transaction."""
+    values: dict[str, Any] = {
+        "at": utcnow(), "key_id": reader.key_id, "tenant": reader.tenant, "role": reader.role, "action": action,
+        "target": _storable(target) if target is not None else None, "filters": filters,
+        "result_count": result_count, "record_ids": record_ids,
+    }
+    chain_entries(session.connection(), ACCESS, [values], hmac_key=key.hmac_key,
+                  checkpoint_interval=key.checkpoint_interval)
+    session.add(AccessLogEntry(**values))
 
 
 def access_log_query(*, tenant_scope: str | None) -> Select[tuple[AccessLogEntry]]:
     query = select(AccessLogEntry).order_by(AccessLogEntry.id.desc())
     return query if tenant_scope is None else query.where(AccessLogEntry.tenant == tenant_scope)
+
+
+def log_denied(database: Database, reader: Reader, *, target: str, reason: str) -> None:
+    """Record a refused read (wrong role, another tenant's records) in its own commit: the refusal that follows
+    rolls nothing back."""
+    with database.session(write=True) as session:
+        log_access(session, reader, key=database.chain_key, action="denied", target=target[:64],
+                   filters={"reason": reason[:200]})

@@ -85,33 +85,48 @@ class AuditRecord(Base):
 
 
 class ChainHead(Base):
-    """Single row (id=1): the last appended seq and hash. Row-locked by writers on PostgreSQL.
+    """One row per ledger (`id` is the ledger's number, see `auditor.trail.ledgers`): its last seq and hash.
+    Row-locked by writers on PostgreSQL.
 
-    Signed on every append, so cutting records off the end and rewinding the head needs the HMAC key."""
+    Signed on every append over (ledger, seq, hash, last checkpoint seq), so cutting entries off the end,
+    rewinding the head or dropping the newest checkpoints needs the HMAC key."""
 
     __tablename__ = "chain_head"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     seq: Mapped[int] = mapped_column(BigInteger, default=0)
     record_hash: Mapped[str] = mapped_column(String(64))
-    signature: Mapped[str | None] = mapped_column(String(64))   # HMAC-SHA256(key, "seq:record_hash")
+    signature: Mapped[str | None] = mapped_column(String(64))
+    last_checkpoint_seq: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class Checkpoint(Base):
+    """A signed (seq, hash) every N entries of a ledger. Each signature also covers the previous
+    checkpoint's seq, so the checkpoints form a signed list: deleting one breaks the next."""
+
     __tablename__ = "checkpoints"
 
+    ledger: Mapped[int] = mapped_column(Integer, primary_key=True, default=1)
     seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     record_hash: Mapped[str] = mapped_column(String(64))
-    signature: Mapped[str] = mapped_column(String(64))   # HMAC-SHA256(key, "seq:record_hash")
+    signature: Mapped[str] = mapped_column(String(64))
+    prev_seq: Mapped[int | None] = mapped_column(BigInteger)   # None: a checkpoint signed before 0.2 (legacy form)
     created_at: Mapped[datetime]
 
 
 class Evaluation(Base):
-    """One (re-)scoring of a record under named versions; never updated in place by the service."""
+    """One (re-)scoring of a record under named versions; never updated in place by the service.
+
+    Hash-chained in its own ledger: for imported outputs the evaluations are the only verdicts there are.
+    A purge drops `claims` (they quote the output) and keeps `claims_sha256`, as for records."""
 
     __tablename__ = "evaluations"
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    seq: Mapped[int | None] = mapped_column(BigInteger, unique=True)
+    prev_hash: Mapped[str | None] = mapped_column(String(64))
+    content_digest: Mapped[str | None] = mapped_column(String(64))
+    record_hash: Mapped[str | None] = mapped_column(String(64))
     record_id: Mapped[str] = mapped_column(ForeignKey("audit_records.id"), index=True)
     job_id: Mapped[str | None] = mapped_column(String(64))
     evaluator_version: Mapped[str] = mapped_column(String(64))
@@ -124,6 +139,8 @@ class Evaluation(Base):
     citation_confidence: Mapped[float | None] = mapped_column(Float)
     joint_score: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    claims_sha256: Mapped[str | None] = mapped_column(String(64))
+    purged_at: Mapped[datetime | None]   # set only by a chained purge, like a record's
 
     __table_args__ = (
         UniqueConstraint("record_id", "evaluator_version", "job_id"),
@@ -149,11 +166,16 @@ class OutboxMessage(Base):
 
 
 class AccessLogEntry(Base):
-    """Who read what of the trail, and when."""
+    """Who read what of the trail, and when (denied reads included). Hash-chained in its own ledger, so
+    deleting or editing an entry is detected like a record's."""
 
     __tablename__ = "access_log"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    seq: Mapped[int | None] = mapped_column(BigInteger, unique=True)
+    prev_hash: Mapped[str | None] = mapped_column(String(64))
+    content_digest: Mapped[str | None] = mapped_column(String(64))
+    record_hash: Mapped[str | None] = mapped_column(String(64))
     at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
     key_id: Mapped[str | None] = mapped_column(String(64))
     tenant: Mapped[str] = mapped_column(String(128))
@@ -162,6 +184,27 @@ class AccessLogEntry(Base):
     target: Mapped[str | None] = mapped_column(String(64))
     filters: Mapped[dict[str, Any] | None]
     result_count: Mapped[int | None] = mapped_column(Integer)
+    record_ids: Mapped[list[Any] | None]                  # the ids a list read showed
+
+
+class StreamSegment(Base):
+    """A streamed piece of output, committed before it is flushed to the client: no delivered byte is without
+    a committed row. The request's chained record takes them over (and deletes them, in its commit); a stream
+    that never got its record is recovered into an "error" record by `auditor.trail.segments`."""
+
+    __tablename__ = "stream_segments"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    audit_id: Mapped[str] = mapped_column(String(36), index=True)
+    idx: Mapped[int] = mapped_column(Integer)               # 0: the stream's opening row, no text
+    tenant: Mapped[str] = mapped_column(String(128))
+    content_mode: Mapped[str] = mapped_column(String(16))
+    text: Mapped[str | None] = mapped_column(Text)          # as the content mode stores it (None for "hash")
+    text_sha256: Mapped[str | None] = mapped_column(String(64))
+    details: Mapped[dict[str, Any] | None]                  # the opening row: endpoint, intent, domain, model
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+
+    __table_args__ = (UniqueConstraint("audit_id", "idx"),)
 
 
 class LegalHold(Base):

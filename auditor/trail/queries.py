@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Iterator, Sequence
 
 from sqlalchemy import Select, String, and_, cast, func, select
@@ -15,6 +16,15 @@ from sqlalchemy.orm import Session
 
 from auditor.trail.models import AuditRecord, Evaluation
 from auditor.trail.schemas import AuditFilters
+
+MAX_SEQ = 2**63 - 1   # seqs are BIGINT: a cursor beyond it names no record and must not reach the driver
+_ID = re.compile(r"^[\x21-\x7e]{1,64}$")
+
+
+def plausible_id(value: str) -> bool:
+    """Ids are printable ASCII up to 64 characters; anything else (NUL, surrogates, megabytes) names nothing
+    and is answered without a query."""
+    return bool(_ID.match(value))
 
 
 class AuditQueryError(ValueError):
@@ -29,7 +39,7 @@ def decode_cursor(cursor: str) -> int:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         prefix, _, number = raw.partition(":")
-        if prefix != "seq":
+        if prefix != "seq" or not number.isdigit() or not 0 < int(number) <= MAX_SEQ:
             raise ValueError(prefix)
         return int(number)
     except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
@@ -94,6 +104,8 @@ def iter_records(
 
 def get_record(session: Session, record_id: str, *, tenant_scope: str | None) -> AuditRecord | None:
     """The record, or None if absent or owned by another tenant (callers answer 404 either way)."""
+    if not plausible_id(record_id):
+        return None
     query = select(AuditRecord).where(AuditRecord.id == record_id)
     if tenant_scope is not None:
         query = query.where(AuditRecord.tenant == tenant_scope)

@@ -10,12 +10,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, insert
 
 from auditor.store.base import new_id, utcnow
-from auditor.store.database import Database
-from auditor.trail import chain
-from auditor.trail.models import AuditRecord, ChainHead, Checkpoint, OutboxMessage
+from auditor.store.database import ChainKey, Database
+from auditor.trail.chain import chain_entries
+from auditor.trail.ledgers import EVALUATIONS, RECORDS
+from auditor.trail.models import AuditRecord, Evaluation, OutboxMessage
 
 SCORING_TOPIC = "score"
 
@@ -70,54 +71,31 @@ class AppendedRecord:
     record_hash: str
 
 
-def append_record(
-    database: Database, record: NewRecord, *, hmac_key: bytes, checkpoint_interval: int
-) -> AppendedRecord:
-    """Chain and commit one record (plus its outbox row). Raises on any database failure."""
+def append_record(database: Database, record: NewRecord) -> AppendedRecord:
+    """Chain (with the store's chain key) and commit one record plus its outbox row. Raises on any database failure."""
     with database.write_connection() as conn:
-        return append_in_transaction(conn, record, hmac_key=hmac_key, checkpoint_interval=checkpoint_interval)
+        return append_in_transaction(conn, record, key=database.chain_key)
 
 
-def append_in_transaction(
-    conn: Connection, record: NewRecord, *, hmac_key: bytes, checkpoint_interval: int
-) -> AppendedRecord:
+def append_in_transaction(conn: Connection, record: NewRecord, *, key: ChainKey) -> AppendedRecord:
     """Append inside the caller's write transaction (opened with `Database.write_connection`)."""
     values = _row_values(record)
-    head = conn.execute(
-        select(ChainHead.seq, ChainHead.record_hash).where(ChainHead.id == 1).with_for_update()
-    ).one_or_none()
-    if head is None:  # a database created outside the migrations: start the chain here
-        conn.execute(insert(ChainHead).values(id=1, seq=0, record_hash=chain.GENESIS_HASH))
-        seq, prev = 1, chain.GENESIS_HASH
-    else:
-        seq, prev = head.seq + 1, head.record_hash
     values["created_at"] = utcnow()
-    digest = chain.content_digest(values)
-    hash_ = chain.record_hash(seq, prev, digest)
-    conn.execute(
-        insert(AuditRecord),
-        {**values, "seq": seq, "prev_hash": prev, "content_digest": digest, "record_hash": hash_},
-    )
+    (link,) = chain_entries(conn, RECORDS, [values], hmac_key=key.hmac_key, checkpoint_interval=key.checkpoint_interval)
+    conn.execute(insert(AuditRecord), values)
     if record.kind == "record" and record.status == "completed":
         conn.execute(insert(OutboxMessage), {
             "record_id": record.id, "topic": SCORING_TOPIC, "payload": {"record_id": record.id},
             "created_at": values["created_at"], "attempts": 0,
         })
-    conn.execute(update(ChainHead).where(ChainHead.id == 1).values(
-        seq=seq, record_hash=hash_, signature=chain.sign_checkpoint(hmac_key, seq, hash_)))
-    if seq % checkpoint_interval == 0:
-        conn.execute(insert(Checkpoint), {
-            "seq": seq, "record_hash": hash_, "signature": chain.sign_checkpoint(hmac_key, seq, hash_),
-            "created_at": values["created_at"],
-        })
-    return AppendedRecord(record.id, seq, hash_)
+    return AppendedRecord(record.id, link.seq, link.record_hash)
 
 
 def _row_values(record: NewRecord) -> dict[str, Any]:
     values = asdict(record)
-    for text_field, digest_field in chain.SENSITIVE_FIELDS.items():
-        values[digest_field] = chain.sensitive_digest(text_field, values[text_field])
-        if record.content_mode == "hash":
+    RECORDS.fill_sensitive_digests(values)
+    if record.content_mode == "hash":
+        for text_field in RECORDS.sensitive_fields:
             values[text_field] = None
     values["rule_ids"] = _rule_ids(record)
     return values
@@ -131,3 +109,16 @@ def _rule_ids(record: NewRecord) -> str | None:
             ids.extend(claim.get("rule_ids") or [])
     unique = sorted({i for i in ids if i})
     return f" {' '.join(unique)} " if unique else None
+
+
+def seal_evaluations(conn: Connection, evaluations: list[Evaluation], key: ChainKey) -> None:
+    """Chain new evaluation rows (before they are flushed, in the caller's write transaction): each gets
+    its seq and hashes in the evaluations ledger, whose head and checkpoints move with them."""
+    for evaluation in evaluations:
+        evaluation.id = evaluation.id or new_id()
+    values = [{column: getattr(evaluation, column) for column in (*EVALUATIONS.hashed_fields, "claims")}
+              for evaluation in evaluations]
+    chain_entries(conn, EVALUATIONS, values, hmac_key=key.hmac_key, checkpoint_interval=key.checkpoint_interval)
+    for evaluation, chained in zip(evaluations, values, strict=True):
+        for column in ("seq", "prev_hash", "content_digest", "record_hash", "claims_sha256"):
+            setattr(evaluation, column, chained[column])

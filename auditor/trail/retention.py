@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from auditor.settings import Settings
 from auditor.store.base import utcnow
 from auditor.store.database import Database
-from auditor.trail.models import AuditRecord, LegalHold, Purge
+from auditor.trail.models import AuditRecord, Evaluation, LegalHold, Purge
 from auditor.trail.records import NewRecord, append_in_transaction
 
 
@@ -92,11 +92,14 @@ def purge_expired(database: Database, settings: Settings, *, now: datetime | Non
             conn,
             NewRecord(tenant="system", status="completed", kind="purge", content_mode="hash",
                       details={"purged_ids": purge, "held": len(held), "policy": policy}),
-            hmac_key=settings.hmac_key.get_secret_value().encode(), checkpoint_interval=settings.checkpoint_interval,
+            key=database.chain_key,
         )
         for start in range(0, len(purge), 500):  # bounded IN lists
-            conn.execute(update(AuditRecord).where(AuditRecord.id.in_(purge[start:start + 500])).values(
+            batch = purge[start:start + 500]
+            conn.execute(update(AuditRecord).where(AuditRecord.id.in_(batch)).values(
                 prompt=null(), output=null(), delivered_output=null(), claims=null(), purged_at=now))
+            # Evaluations quote the output's sentences in their claims: the same tombstone rule covers them.
+            conn.execute(update(Evaluation).where(Evaluation.record_id.in_(batch)).values(claims=null(), purged_at=now))
         conn.execute(insert(Purge), {"at": now, "purge_record_id": marker.id, "records_purged": len(purge),
                                      "records_held": len(held), "policy": policy})
     return PurgeResult(marker.id, purge, held)

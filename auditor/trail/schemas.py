@@ -3,9 +3,24 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+
+def clean_text(text: str) -> str:
+    """Refuse text the store cannot keep: NUL (PostgreSQL text cannot hold it) and lone surrogates such as
+    "\\ud800" (not valid Unicode: no UTF-8 encoding exists, so no record could be written)."""
+    if "\x00" in text:
+        raise ValueError("text must not contain NUL characters")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text must be valid Unicode (lone surrogates such as \\ud800 are not)") from None
+    return text
+
+
+CleanText = Annotated[str, AfterValidator(clean_text)]
 
 
 def _as_utc(value: datetime) -> datetime:
@@ -23,17 +38,17 @@ class RecordFilter(BaseModel):
 
     since: datetime | None = None
     until: datetime | None = None
-    tenant: str | None = Field(default=None, max_length=128, description="Admins only")
-    domain: str | None = Field(default=None, max_length=64)
-    intent: str | None = Field(default=None, max_length=64)
-    model: str | None = Field(default=None, max_length=256)
+    tenant: CleanText | None = Field(default=None, max_length=128, description="Admins only")
+    domain: CleanText | None = Field(default=None, max_length=64)
+    intent: CleanText | None = Field(default=None, max_length=64)
+    model: CleanText | None = Field(default=None, max_length=256)
     gate_action: Literal["allow", "annotate", "redact", "block", "refuse"] | None = None
     status: Literal["completed", "refused", "blocked", "error"] | None = None
     has_contradicted: bool | None = None
     fer_min: float | None = Field(default=None, ge=0, le=1)
     fer_max: float | None = Field(default=None, ge=0, le=1)
-    rule_id: str | None = Field(default=None, min_length=1, max_length=128)
-    q: str | None = Field(default=None, min_length=1, max_length=256, description="Text search over claims")
+    rule_id: CleanText | None = Field(default=None, min_length=1, max_length=128)
+    q: CleanText | None = Field(default=None, min_length=1, max_length=256, description="Text search over claims")
 
     @field_validator("since", "until")
     @classmethod
@@ -44,7 +59,7 @@ class RecordFilter(BaseModel):
 class AuditFilters(RecordFilter):
     kind: Literal["record", "purge"] | None = None
     limit: int = Field(default=50, ge=1, le=500)
-    cursor: str | None = Field(default=None, max_length=128)
+    cursor: CleanText | None = Field(default=None, max_length=128)
 
 
 class ExportFilters(AuditFilters):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import simple_icd_10_cm as icd
@@ -452,7 +452,7 @@ def _related(code: str, other: str) -> bool:
     return a == b or icd.is_ancestor(a, b) or icd.is_ancestor(b, a)
 
 
-@cache
+@lru_cache(maxsize=4096)   # bounded: the text is whatever a model wrote
 def _content_words_cached(text: str) -> frozenset[str]:
     return frozenset(w for w in re.findall(r"[a-z0-9]+", text.casefold()) if w not in _STOPWORDS)
 

@@ -16,13 +16,14 @@ from typing import Any
 import pytest
 
 from auditor.settings import Settings
-from auditor.store.database import Database
+from auditor.store.database import ChainKey, Database
 from auditor.store.scratch import scratch_schema
 from engine.outputs import ProcessorEvent, RequestOutput, RequestStats, TokenLogprob
 from engine.sampling_params import InvalidRequestError, SamplingParams
 
 POSTGRES_URL = os.environ.get("AUDITOR_TEST_POSTGRES_URL")
-TEST_HMAC_KEY = "test-hmac-key-0123456789"
+TEST_HMAC_KEY = "test-hmac-key-0123456789-0123456789"
+TEST_CHAIN_KEY = ChainKey(TEST_HMAC_KEY.encode(), 5)
 
 
 def _fresh_postgres_schema() -> Iterator[str]:
@@ -43,7 +44,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 @pytest.fixture
 def database(database_url: str) -> Iterator[Database]:
-    db = Database(database_url)
+    db = Database(database_url, chain_key=TEST_CHAIN_KEY)
     db.upgrade()
     yield db
     db.dispose()

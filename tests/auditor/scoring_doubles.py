@@ -63,4 +63,4 @@ def append_output(database: Any, output: str | None, *, domain: str | None = "fi
     record = NewRecord(tenant=tenant, status="completed", endpoint="chat", domain=domain, model_id="test-model",
                        content_mode=content_mode, prompt="What about it?", output=output, delivered_output=output,
                        claims=claims, gate_decisions=gate_decisions or [], fer=fer)
-    return append_record(database, record, hmac_key=b"test-hmac-key-0123456789", checkpoint_interval=1000).id
+    return append_record(database, record).id

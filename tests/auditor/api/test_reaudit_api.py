@@ -94,7 +94,9 @@ def test_cancel_then_resume_over_http(api) -> None:
     assert cancelled["status"] == "cancelled" and cancelled["cancelled_at"] is not None
     services.task_queue = real_queue   # back to the real in-process pool
     resumed = api.post(f"/v1/reaudits/{job['id']}/resume")
-    assert resumed.status_code == 200 and resumed.json()["status"] == "running"
+    # The pool already holds a loaded evaluator, so the resumed job may finish before the response is built.
+    assert resumed.status_code == 200 and resumed.json()["status"] in ("running", "done")
+    assert resumed.json()["cancelled_at"] is None
     assert _wait_done(api, job["id"])["progress"]["done"] == 3
 
 

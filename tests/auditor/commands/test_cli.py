@@ -23,14 +23,14 @@ def cli_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Database:
     monkeypatch.setenv("AUDITOR_HMAC_KEY", TEST_HMAC_KEY)
     monkeypatch.setenv("AUDITOR_RETENTION_DAYS", '{"medical": 0}')
     get_settings.cache_clear()
-    yield Database(url)
+    yield Database.from_settings(get_settings())
     get_settings.cache_clear()
 
 
 def _records(database: Database, n: int) -> list[str]:
     return [append_record(database, NewRecord(tenant="acme", status="completed", domain="medical",
-                                              prompt=f"p{i}", output=f"o{i}"),
-                          hmac_key=TEST_HMAC_KEY.encode(), checkpoint_interval=100).id for i in range(n)]
+                                              prompt=f"p{i}", output=f"o{i}")).id
+            for i in range(n)]
 
 
 def test_db_upgrade_and_keys(cli_env: Database, capsys: pytest.CaptureFixture[str]) -> None:

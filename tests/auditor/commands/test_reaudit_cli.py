@@ -19,7 +19,7 @@ def cli_database(tmp_path, monkeypatch):
     monkeypatch.setenv("AUDITOR_DATABASE_URL", url)
     monkeypatch.setenv("AUDITOR_WORKER_EVALUATOR", "tests.auditor.scoring_doubles:MarkerEvaluator")
     get_settings.cache_clear()
-    database = Database(url)
+    database = Database.from_settings(get_settings())
     database.upgrade()
     yield database
     database.dispose()

@@ -14,6 +14,7 @@ from auditor.jobs import reaudit
 from auditor.jobs.imports import ImportFailed, ImportRejected, import_file
 from auditor.jobs.inprocess import InProcessTaskQueue
 from auditor.jobs.models import ImportBatch, ImportedOutput
+from auditor.trail.ledgers import verify_trail
 from auditor.trail.models import AuditRecord, OutboxMessage
 from tests.auditor.conftest import make_settings
 from tests.auditor.scoring_doubles import MarkerEvaluator
@@ -129,7 +130,6 @@ def test_cli_import_reports_lines_and_strict_fails_in_one_line(tmp_path, monkeyp
 
 def test_import_in_several_transactions_keeps_the_chain_and_links_whole(database, tmp_path, monkeypatch) -> None:
     from auditor.jobs import imports
-    from auditor.trail import chain
 
     monkeypatch.setattr(imports, "APPEND_BATCH", 2)
     settings = make_settings(database.url)
@@ -142,4 +142,4 @@ def test_import_in_several_transactions_keeps_the_chain_and_links_whole(database
         linked = session.execute(select(ImportedOutput.line).order_by(ImportedOutput.line)).scalars().all()
     assert linked == [1, 2, 3, 4, 5]
     with database.engine.connect() as conn:
-        assert chain.verify_chain(conn, settings.hmac_key.get_secret_value().encode()).ok
+        assert verify_trail(conn, settings.hmac_key.get_secret_value().encode()).ok

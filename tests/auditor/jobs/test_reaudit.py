@@ -9,11 +9,12 @@ from sqlalchemy import func, select
 from auditor.jobs import reaudit, reaudit_chunks, scoring
 from auditor.jobs.inprocess import InProcessTaskQueue
 from auditor.jobs.models import ReauditItem
-from auditor.trail import chain
+from auditor.trail.ledgers import verify_trail
 from auditor.trail.models import AuditRecord, Evaluation
+from tests.auditor.conftest import TEST_CHAIN_KEY
 from tests.auditor.scoring_doubles import MarkerEvaluator, append_output
 
-HMAC = b"test-hmac-key-0123456789"
+HMAC = TEST_CHAIN_KEY.hmac_key
 
 
 def _queue(database, evaluator=None) -> InProcessTaskQueue:
@@ -78,7 +79,7 @@ def test_job_rescores_filtered_records_and_summarises_what_changed(database) -> 
         after = {r.id: (r.record_hash, r.claims, r.output) for r in session.execute(select(AuditRecord)).scalars()}
     assert after == originals
     with database.engine.connect() as conn:
-        assert chain.verify_chain(conn, HMAC).ok
+        assert verify_trail(conn, HMAC).ok
 
 
 def test_cancelled_job_stops_and_resume_finishes_each_record_once(database) -> None:

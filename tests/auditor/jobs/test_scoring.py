@@ -11,6 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from auditor.jobs import scoring
 from auditor.trail.models import Evaluation
 from auditor.trail.queries import evaluations_for
+from tests.auditor.conftest import TEST_CHAIN_KEY
 from tests.auditor.scoring_doubles import MarkerEvaluator, append_output
 
 
@@ -120,7 +121,7 @@ def test_rules_evaluator_scores_a_finance_output_with_real_validators(sqlite_url
         evaluator = scoring.RulesEvaluator()
     except scoring.EvaluatorUnavailable as exc:
         pytest.skip(f"rules.verify not available yet: {exc}")
-    database = Database(sqlite_url)
+    database = Database(sqlite_url, chain_key=TEST_CHAIN_KEY)
     database.upgrade()
     valid = append_output(database, "Apple's ISIN is US0378331005.")
     invalid = append_output(database, "Apple's ISIN is US0378331006.")

@@ -40,7 +40,7 @@ def _counts(client: TestClient) -> tuple[int, int, int]:
     with client.app.state.services.database.engine.connect() as conn:
         return (conn.execute(text("SELECT count(*) FROM audit_records")).scalar(),
                 conn.execute(text("SELECT count(*) FROM outbox")).scalar(),
-                conn.execute(text("SELECT seq FROM chain_head")).scalar())
+                conn.execute(text("SELECT seq FROM chain_head WHERE id = 1")).scalar())
 
 
 def test_commit_failure_is_503_with_no_output_and_nothing_written(client: TestClient, break_store) -> None:
@@ -55,7 +55,7 @@ def test_commit_failure_is_503_with_no_output_and_nothing_written(client: TestCl
 
 
 def test_store_down_before_streaming_is_503_before_any_byte(client: TestClient, break_store) -> None:
-    break_store("SELECT 1")
+    break_store("INSERT INTO STREAM_SEGMENTS")   # the stream's opening row is a write: a read-only store fails it
     response = client.post("/v1/chat/completions", json={**CHAT, "stream": True})
     assert response.status_code == 503
     assert "Metformin" not in response.text

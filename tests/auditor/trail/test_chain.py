@@ -9,12 +9,20 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sqlalchemy import select, text
 
-from auditor.store.database import Database
+from auditor.store.database import ChainKey, Database
 from auditor.trail import chain
+from auditor.trail.ledgers import RECORDS, verify_trail
 from auditor.trail.models import AuditRecord
 from auditor.trail.records import NewRecord, append_record
+from tests.auditor.conftest import TEST_CHAIN_KEY
 
-KEY = b"test-key"
+KEY = TEST_CHAIN_KEY.hmac_key
+
+
+def _with_interval(database: Database, interval: int) -> Database:
+    """The same store, signing a checkpoint every `interval` records."""
+    database._chain_key = ChainKey(KEY, interval)
+    return database
 
 
 def _append(database: Database, n: int, *, interval: int = 4, **fields: object) -> list[str]:
@@ -23,13 +31,13 @@ def _append(database: Database, n: int, *, interval: int = 4, **fields: object) 
         record = NewRecord(tenant="acme", status="completed", prompt=f"question {i}", output=f"answer {i}",
                            claims=[{"text": f"claim {i}", "verdict": "supported"}], fer=0.0,
                            timings={"e2e_s": 0.25 + i}, **fields)  # type: ignore[arg-type]
-        ids.append(append_record(database, record, hmac_key=KEY, checkpoint_interval=interval).id)
+        ids.append(append_record(_with_interval(database, interval), record).id)
     return ids
 
 
 def _verify(database: Database) -> chain.ChainReport:
     with database.engine.connect() as conn:
-        return chain.verify_chain(conn, KEY)
+        return verify_trail(conn, KEY)
 
 
 def test_intact_chain_verifies_with_checkpoints(database: Database) -> None:
@@ -114,13 +122,13 @@ def test_rewritten_chain_is_caught_by_the_signed_checkpoint(database: Database) 
             values = dict(row)
             if values["seq"] == 2:
                 values["fer"] = 0.9
-            digest = chain.content_digest(values)
+            digest = RECORDS.digest(values)
             new_hash = chain.record_hash(values["seq"], prev, digest)
             conn.execute(text("UPDATE audit_records SET fer = :fer, prev_hash = :p, content_digest = :d, "
                               "record_hash = :h WHERE seq = :s"),
                          {"fer": values["fer"], "p": prev, "d": digest, "h": new_hash, "s": values["seq"]})
             prev = new_hash
-        conn.execute(text("UPDATE chain_head SET record_hash = :h"), {"h": prev})
+        conn.execute(text("UPDATE chain_head SET record_hash = :h WHERE id = 1"), {"h": prev})
     report = _verify(database)
     assert (report.problem.kind, report.problem.seq, report.problem.record_id) == ("altered", 4, ids[3])
     assert "checkpoint" in report.problem.detail
@@ -136,7 +144,7 @@ def test_forged_checkpoint_signature_is_named(database: Database) -> None:
 
 def test_hash_only_mode_keeps_digests_but_no_text(database: Database) -> None:
     record = NewRecord(tenant="acme", status="completed", content_mode="hash", prompt="my secret", output="x")
-    appended = append_record(database, record, hmac_key=KEY, checkpoint_interval=100)
+    appended = append_record(database, record)
     with database.engine.connect() as conn:
         row = conn.execute(text("SELECT prompt, prompt_sha256 FROM audit_records WHERE id = :id"),
                            {"id": appended.id}).one()
@@ -159,7 +167,7 @@ def test_truncation_with_a_rewound_head_is_named(database: Database) -> None:
         prev_hash = conn.execute(text("SELECT record_hash FROM audit_records WHERE seq = 2")).scalar()
         conn.execute(text("DELETE FROM outbox WHERE record_id = :id"), {"id": ids[2]})
         conn.execute(text("DELETE FROM audit_records WHERE seq = 3"))
-        conn.execute(text("UPDATE chain_head SET seq = 2, record_hash = :h"), {"h": prev_hash})
+        conn.execute(text("UPDATE chain_head SET seq = 2, record_hash = :h WHERE id = 1"), {"h": prev_hash})
     report = _verify(database)
     assert (report.problem.kind, report.problem.seq) == ("bad_checkpoint", 2)
     assert "head" in report.problem.detail

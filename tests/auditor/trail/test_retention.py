@@ -9,6 +9,7 @@ from sqlalchemy import text
 from auditor.store.base import utcnow
 from auditor.store.database import Database
 from auditor.trail import chain
+from auditor.trail.ledgers import verify_trail
 from auditor.trail.records import NewRecord, append_record
 from auditor.trail.retention import place_hold, purge_expired, release_hold
 from tests.auditor.conftest import TEST_HMAC_KEY, make_settings
@@ -20,12 +21,12 @@ def _add(database: Database, domain: str, tenant: str = "acme") -> str:
     record = NewRecord(tenant=tenant, status="completed", domain=domain, prompt=f"{domain} question",
                        output=f"{domain} answer", delivered_output=f"{domain} answer",
                        claims=[{"text": "c", "verdict": "supported"}])
-    return append_record(database, record, hmac_key=KEY, checkpoint_interval=5).id
+    return append_record(database, record).id
 
 
 def _verify(database: Database) -> chain.ChainReport:
     with database.engine.connect() as conn:
-        return chain.verify_chain(conn, KEY)
+        return verify_trail(conn, KEY)
 
 
 def test_purge_keeps_tombstones_verifiable_and_honours_holds(database: Database, database_url: str) -> None:

@@ -102,7 +102,7 @@ class DomainKG:
     """One domain's KG, the service's own prompt -> allowed-set wiring, and the linkers the scoring needs."""
 
     def __init__(self, kg: Any, knowledge: Any) -> None:
-        from knowledge_graphs.constraint import DOMAIN_DEFAULTS
+        from knowledge_graphs.decoding.constraint import DOMAIN_DEFAULTS
         from knowledge_graphs.linking import get_linker
 
         self.kg = kg
@@ -146,7 +146,7 @@ def load_engine(model: Path, kgs: Mapping[str, Any], threads: int | None) -> Any
     from engine.llm_engine import LLMEngine
     from engine.loader import generation_eos_ids, load_model_config
     from engine.tokenizer import Tokenizer
-    from knowledge_graphs.constraint import KGConstraintProcessor
+    from knowledge_graphs.decoding.constraint import KGConstraintProcessor
 
     model_config = load_model_config(model)
     eos_ids = list(dict.fromkeys(generation_eos_ids(model) + model_config.eos_token_ids))

@@ -43,7 +43,7 @@ from engine.logits_process import LogitsProcessor
 from engine.sampling_params import SamplingParams
 from engine.testing import write_tiny_checkpoint
 from knowledge_graphs import load_kg
-from knowledge_graphs.constraint import DOMAIN_DEFAULTS, KGConstraintProcessor, allowed_entities
+from knowledge_graphs.decoding.constraint import DOMAIN_DEFAULTS, KGConstraintProcessor, allowed_entities
 from knowledge_graphs.linking import EntityLinker
 from knowledge_graphs.model import KnowledgeGraph
 

@@ -17,8 +17,14 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from knowledge_graphs.guard_records import Records, evaluate, prefix_range, ranges_to_ids, walk_records
-from knowledge_graphs.surface_guard import (
+from knowledge_graphs.decoding.guard_records import (
+    Records,
+    evaluate,
+    prefix_range,
+    ranges_to_ids,
+    walk_records,
+)
+from knowledge_graphs.decoding.surface_guard import (
     MAX_IDLE,
     MIN_DEAD_WORD_CHARS,
     SPACE,

@@ -17,7 +17,7 @@ from knowledge_graphs.decoding.surface_guard import MIN_DEAD_WORD_CHARS
 from knowledge_graphs.linking import EntityLinker
 from knowledge_graphs.model import Entity, KnowledgeGraph
 from tests.knowledge_graphs.conftest import SRC, byte_level_bpe
-from tests.knowledge_graphs.decode_sim import decode_loop, eos_id
+from tests.knowledge_graphs.decoding.decode_sim import decode_loop, eos_id
 
 
 def _processor(tokenizer: Tokenizer, kg: KnowledgeGraph) -> KGConstraintProcessor:
@@ -268,7 +268,7 @@ def test_words_that_leave_the_name_index_are_not_steered(tokenizer: Tokenizer, k
     assert result.text == tokenizer.decode(plan)
 
 
-BUNDLED_TOKENIZER = Path(__file__).resolve().parents[2] / "auditor" / "bundled_model" / "tokenizer.json"
+BUNDLED_TOKENIZER = Path(__file__).resolve().parents[3] / "auditor" / "bundled_model" / "tokenizer.json"
 
 
 @pytest.mark.skipif(not BUNDLED_TOKENIZER.exists(), reason="bundled model tokenizer not present")

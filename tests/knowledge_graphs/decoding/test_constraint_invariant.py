@@ -21,7 +21,7 @@ from knowledge_graphs.decoding.trie import surface_variants
 from knowledge_graphs.linking import EntityLinker
 from knowledge_graphs.model import Entity, KnowledgeGraph
 from tests.knowledge_graphs.conftest import ENTITIES, SRC
-from tests.knowledge_graphs.decode_sim import decode_loop, eos_id
+from tests.knowledge_graphs.decoding.decode_sim import decode_loop, eos_id
 
 CONSTRAINED = sorted(e.id for e in ENTITIES if e.type in ("drug", "condition"))
 PREFIXES = ["", " ", "Take ", "(", "non-", "x", "\n", "Stop: ", "2 "]

@@ -11,8 +11,8 @@ from typing import Any
 from auditor.gate.gate import GateDecision, Verification
 from auditor.knowledge import KgConstraint
 from engine.async_engine import AsyncLLMEngine
-from engine.json_mode import JsonModeProcessor
 from engine.loader import generation_eos_ids, load_model_config
+from engine.processors.json_mode import JsonModeProcessor
 from engine.tokenizer import Tokenizer
 from knowledge_graphs import KnowledgeGraph, load_kg
 from knowledge_graphs.decoding.constraint import DOMAIN_DEFAULTS, KGConstraintProcessor, allowed_entities

@@ -39,7 +39,7 @@ import torch
 from benchmarks._common import emit, log, median, parse_args, step_in_turn
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
-from engine.logits_process import LogitsProcessor
+from engine.processors.logits_process import LogitsProcessor
 from engine.sampling_params import SamplingParams
 from engine.testing import write_tiny_checkpoint
 from knowledge_graphs import load_kg

@@ -66,8 +66,8 @@ import torch
 from tokenizers import Tokenizer
 
 from engine.kernels.dispatch import apply_token_bitmask
-from engine.logits_process import LogitsProcessor
 from engine.outputs import ProcessorEvent
+from engine.processors.logits_process import LogitsProcessor
 from engine.sampling_params import InvalidRequestError, SamplingParams
 from knowledge_graphs.decoding.constraint_masks import AllowedView, DecodeState, DomainMasks
 from knowledge_graphs.decoding.surface_guard import GuardState, fold

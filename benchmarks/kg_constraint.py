@@ -41,7 +41,7 @@ from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.processors.logits_process import LogitsProcessor
 from engine.sampling_params import SamplingParams
-from engine.testing import write_tiny_checkpoint
+from engine.synthetic import write_tiny_checkpoint
 from knowledge_graphs import load_kg
 from knowledge_graphs.decoding.constraint import DOMAIN_DEFAULTS, KGConstraintProcessor, allowed_entities
 from knowledge_graphs.linking import EntityLinker

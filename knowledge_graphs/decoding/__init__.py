@@ -6,5 +6,6 @@ applies them to the whole vocabulary per decoding state from the per-domain walk
 `guard_records`, `constraint_masks` keeps the resulting bitmasks); `vocab_text` reads what text each
 token adds, and `schema_enum` turns `x-kg-entity-type` fields of a JSON schema into enums for JSON mode.
 This subpackage is the only part of `knowledge_graphs` that imports `engine`; the KG model, the data,
-its sources and entity linking beside it do not.
+its sources and entity linking beside it do not (the `kg-decoding-only` import contract in
+pyproject.toml checks it).
 """

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from engine.testing import write_tiny_checkpoint
+from engine.synthetic import write_tiny_checkpoint
 
 # ~6.6M parameters: 6 layers, hidden 256, 8 query heads sharing 2 KV heads (Llama 3's GQA ratio of 4),
 # 8192-token (padded) vocab, tied embeddings

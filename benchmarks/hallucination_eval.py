@@ -102,7 +102,7 @@ class DomainKG:
     """One domain's KG, the service's own prompt -> allowed-set wiring, and the linkers the scoring needs."""
 
     def __init__(self, kg: Any, knowledge: Any) -> None:
-        from knowledge_graphs.constraint import DOMAIN_DEFAULTS
+        from knowledge_graphs.decoding.constraint import DOMAIN_DEFAULTS
         from knowledge_graphs.linking import get_linker
 
         self.kg = kg
@@ -146,7 +146,7 @@ def load_engine(model: Path, kgs: Mapping[str, Any], threads: int | None) -> Any
     from engine.llm_engine import LLMEngine
     from engine.loader import generation_eos_ids, load_model_config
     from engine.tokenizer import Tokenizer
-    from knowledge_graphs.constraint import KGConstraintProcessor
+    from knowledge_graphs.decoding.constraint import KGConstraintProcessor
 
     model_config = load_model_config(model)
     eos_ids = list(dict.fromkeys(generation_eos_ids(model) + model_config.eos_token_ids))
@@ -167,7 +167,6 @@ def sampling(prompt_id: str, args: argparse.Namespace, constraint: dict[str, Any
 
 def evaluate(args: argparse.Namespace) -> tuple[dict[str, Any], list[tuple[Scored, Scored]]]:
     from knowledge_graphs import load_kg
-    from rules import verify
 
     prompts = read_prompts(args.prompts)[: args.limit or None]
     domains = sorted({p["domain"] for p in prompts})
@@ -182,47 +181,8 @@ def evaluate(args: argparse.Namespace) -> tuple[dict[str, Any], list[tuple[Score
 
     chat = [engine.tokenizer.apply_chat_template([{"role": "user", "content": p["prompt"]}]) for p in prompts]
     constraints = [domain_kgs[p["domain"]].constraint(p["prompt"]) for p in prompts]
-    texts: dict[str, list[Any]] = {"off": [None] * len(prompts), "on": [None] * len(prompts)}
-    ratios: list[float] = []
-    seconds = {"off": 0.0, "on": 0.0}
-    for chunk_index, start in enumerate(range(0, len(prompts), args.chunk)):
-        rows = list(range(start, min(start + args.chunk, len(prompts))))
-        order = ("off", "on") if chunk_index % 2 == 0 else ("on", "off")
-        took: dict[str, float] = {}
-        for mode in order:
-            params = [sampling(prompts[r]["id"], args, None if mode == "off" else constraints[r]) for r in rows]
-            began = time.perf_counter()
-            outputs = engine.generate([chat[r] for r in rows], params)
-            took[mode] = time.perf_counter() - began
-            for r, output in zip(rows, outputs, strict=True):
-                texts[mode][r] = output
-        seconds["off"] += took["off"]
-        seconds["on"] += took["on"]
-        ratios.append(took["on"] / took["off"])
-        log(f"chunk {chunk_index + 1}: {len(rows)} prompts, off {took['off']:.1f}s, on {took['on']:.1f}s")
-
-    totals = {"off": Totals(), "on": Totals()}
-    pairs: list[tuple[Scored, Scored]] = []
-    for r, prompt in enumerate(prompts):
-        domain_kg = domain_kgs[prompt["domain"]]
-        scored_pair = []
-        for mode in ("off", "on"):
-            output = texts[mode][r]
-            text = output.text.strip()
-            report = verify(text, prompt["domain"], prompt=prompt["prompt"], kg=domain_kg.kg) if text else None
-            counts = report.counts() if report else {"supported": 0, "contradicted": 0}
-            # no anchors in the prompt -> no neighbourhood, nothing to violate (the service does not constrain)
-            allowed = constraints[r]["allowed_entity_ids"] if constraints[r] else None
-            scored = Scored(
-                prompt["id"], prompt["domain"], text, output.finish_reason,
-                domain_kg.violations(text, allowed) if allowed is not None else [],
-                counts["supported"], counts["contradicted"],
-                is_correct(text, prompt["gold_entities"], prompt["gold_literals"], domain_kg.named_entities(text)),
-            )
-            totals[mode].add(scored)
-            scored_pair.append(scored)
-        pairs.append((scored_pair[0], scored_pair[1]))
-
+    outputs, ratios, seconds = generate_off_on(engine, args, prompts, chat, constraints)
+    totals, pairs = score(prompts, outputs, constraints, domain_kgs)
     result = {
         "prompts": len(prompts),
         "unanchored_prompts": sum(c is None for c in constraints),
@@ -245,6 +205,68 @@ def evaluate(args: argparse.Namespace) -> tuple[dict[str, Any], list[tuple[Score
         "model": str(args.model.relative_to(REPO_ROOT) if args.model.is_relative_to(REPO_ROOT) else args.model),
         "torch_threads": torch.get_num_threads(),
     }
+    result.update(per_domain(domains, pairs))
+    return result, pairs
+
+
+def generate_off_on(engine: Any, args: argparse.Namespace, prompts: list[dict[str, Any]], chat: list[Any],
+                    constraints: list[dict[str, Any] | None]) -> tuple[dict[str, list[Any]], list[float], dict[str, float]]:
+    """Every prompt off and on, in chunks, the mode that goes first alternating: the outputs per mode,
+    the on/off time ratio per chunk and the seconds per mode."""
+    outputs: dict[str, list[Any]] = {"off": [None] * len(prompts), "on": [None] * len(prompts)}
+    ratios: list[float] = []
+    seconds = {"off": 0.0, "on": 0.0}
+    for chunk_index, start in enumerate(range(0, len(prompts), args.chunk)):
+        rows = list(range(start, min(start + args.chunk, len(prompts))))
+        order = ("off", "on") if chunk_index % 2 == 0 else ("on", "off")
+        took: dict[str, float] = {}
+        for mode in order:
+            params = [sampling(prompts[r]["id"], args, None if mode == "off" else constraints[r]) for r in rows]
+            began = time.perf_counter()
+            generated = engine.generate([chat[r] for r in rows], params)
+            took[mode] = time.perf_counter() - began
+            for r, output in zip(rows, generated, strict=True):
+                outputs[mode][r] = output
+        seconds["off"] += took["off"]
+        seconds["on"] += took["on"]
+        ratios.append(took["on"] / took["off"])
+        log(f"chunk {chunk_index + 1}: {len(rows)} prompts, off {took['off']:.1f}s, on {took['on']:.1f}s")
+    return outputs, ratios, seconds
+
+
+def score(prompts: list[dict[str, Any]], outputs: dict[str, list[Any]], constraints: list[dict[str, Any] | None],
+          domain_kgs: Mapping[str, DomainKG]) -> tuple[dict[str, Totals], list[tuple[Scored, Scored]]]:
+    """Each output scored (violations, verified claims, correctness): totals per mode and the
+    (off, on) pair per prompt."""
+    from rules import verify
+
+    totals = {"off": Totals(), "on": Totals()}
+    pairs: list[tuple[Scored, Scored]] = []
+    for r, prompt in enumerate(prompts):
+        domain_kg = domain_kgs[prompt["domain"]]
+        scored_pair = []
+        for mode in ("off", "on"):
+            output = outputs[mode][r]
+            text = output.text.strip()
+            report = verify(text, prompt["domain"], prompt=prompt["prompt"], kg=domain_kg.kg) if text else None
+            counts = report.counts() if report else {"supported": 0, "contradicted": 0}
+            # no anchors in the prompt -> no neighbourhood, nothing to violate (the service does not constrain)
+            allowed = constraints[r]["allowed_entity_ids"] if constraints[r] else None
+            scored = Scored(
+                prompt["id"], prompt["domain"], text, output.finish_reason,
+                domain_kg.violations(text, allowed) if allowed is not None else [],
+                counts["supported"], counts["contradicted"],
+                is_correct(text, prompt["gold_entities"], prompt["gold_literals"], domain_kg.named_entities(text)),
+            )
+            totals[mode].add(scored)
+            scored_pair.append(scored)
+        pairs.append((scored_pair[0], scored_pair[1]))
+    return totals, pairs
+
+
+def per_domain(domains: list[str], pairs: list[tuple[Scored, Scored]]) -> dict[str, float | None]:
+    """Task accuracy, entity violation rate and FER per domain and mode."""
+    result: dict[str, float | None] = {}
     for domain in domains:
         for mode in ("off", "on"):
             chosen = [pair[0 if mode == "off" else 1] for pair in pairs if pair[0].domain == domain]
@@ -253,7 +275,7 @@ def evaluate(args: argparse.Namespace) -> tuple[dict[str, Any], list[tuple[Score
                 sum(bool(s.violations) for s in chosen) / max(1, len(chosen)), 4)
             verified = sum(s.supported + s.contradicted for s in chosen)
             result[f"{domain}_fer_{mode}"] = round(sum(s.contradicted for s in chosen) / verified, 4) if verified else None
-    return result, pairs
+    return result
 
 
 def _round(value: float | None) -> float | None:

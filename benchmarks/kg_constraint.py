@@ -32,6 +32,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -39,11 +40,13 @@ import torch
 from benchmarks._common import emit, log, median, parse_args, step_in_turn
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
-from engine.logits_process import LogitsProcessor
+from engine.outputs import RequestOutput
+from engine.processors.logits_process import LogitsProcessor
 from engine.sampling_params import SamplingParams
-from engine.testing import write_tiny_checkpoint
+from engine.synthetic import write_tiny_checkpoint
+from engine.tokenizer import Tokenizer
 from knowledge_graphs import load_kg
-from knowledge_graphs.constraint import DOMAIN_DEFAULTS, KGConstraintProcessor, allowed_entities
+from knowledge_graphs.decoding.constraint import DOMAIN_DEFAULTS, KGConstraintProcessor, allowed_entities
 from knowledge_graphs.linking import EntityLinker
 from knowledge_graphs.model import KnowledgeGraph
 
@@ -172,7 +175,6 @@ def main() -> None:
     work = build_workload(kg, seed=0)
     log(f"KG {DOMAIN} v{kg.version}: {surface_forms} constrained surface forms; loaded in {time.perf_counter() - started:.1f}s")
 
-    # the tokenizer learns the plan texts' words, so names tokenize like a real model's would
     ckpt = Path(tempfile.mkdtemp(prefix="kg-constraint-bench-"))
     try:
         _run(args, kg, work, ckpt, surface_forms)
@@ -182,7 +184,60 @@ def main() -> None:
 
 def _run(args: argparse.Namespace, kg: KnowledgeGraph, work: list[tuple[str, list[str], str]], ckpt: Path,
          surface_forms: int) -> None:
-    types = DOMAIN_DEFAULTS[DOMAIN].types
+    engines = _load_engines(kg, work, ckpt)
+    load = _Workload.of(work, engines.tokenizer)
+    outputs, cold_us, new_set_us = _violation_runs(kg, engines, load)
+    repeats = args.repeats or 5
+    timed, new_states, per_row_us = _throughput_runs(engines, load, repeats)
+    tokens = BATCH * load.longest   # fixed length: every request decodes `longest` tokens
+    tok_s = {name: [tokens / seconds[name] for seconds in timed] for name in ("off", "on")}
+    linker = EntityLinker(kg, types=DOMAIN_DEFAULTS[DOMAIN].types)
+    rate_on, mentions_on = violation_rate(linker, [o.text for o in outputs["on"]], load.allowed)
+    rate_off, mentions_off = violation_rate(linker, [o.text for o in outputs["off"]], load.allowed)
+    events = sum(len(o.events) for o in outputs["on"])
+    emit({
+        "overhead_frac": round(1 - median([t["off"] / t["on"] for t in timed]), 4),
+        "mask_us_p50": round(statistics.median(per_row_us), 2),
+        "mask_us_p99": _p99(per_row_us),
+        "mask_us_p50_new_set": round(statistics.median(new_set_us), 2),
+        "mask_us_p99_new_set": _p99(new_set_us),
+        "mask_us_p50_cold": round(statistics.median(cold_us), 2),
+        "mask_us_p99_cold": _p99(cold_us),
+        "violation_rate_constrained": round(rate_on, 4),
+        "violation_rate_unconstrained": round(rate_off, 4),
+        "mentions_constrained": mentions_on,
+        "mentions_unconstrained": mentions_off,
+        "kg_events_constrained": events,
+        "mask_cache_misses_timed": new_states,
+        "apply_calls_timed": len(engines.kg_processor.calls),
+        "finish_reasons_constrained": sorted({o.finish_reason or "" for o in outputs["on"]}),
+        "off_tok_s": round(median(tok_s["off"]), 1),
+        "on_tok_s": round(median(tok_s["on"]), 1),
+        "surface_forms": surface_forms,
+        "kg_version": kg.version,
+        "register_s": round(engines.register_s, 2),
+        "batch": BATCH,
+        "vocab_size": engines.vocab,
+        "repeats": repeats,
+        "torch_threads": torch.get_num_threads(),
+        "sample_constrained": outputs["on"][0].text,
+        "sample_unconstrained": outputs["off"][0].text,
+    }, args.json)
+
+
+@dataclass(slots=True)
+class _Engines:
+    off: LLMEngine                      # the plan alone
+    on: LLMEngine                       # the plan, then the KG constraint
+    kg_processor: TimedKGConstraint     # the constraint `on` runs
+    tokenizer: Tokenizer
+    vocab: int
+    register_s: float                   # seconds to build the constraint for the domain
+
+
+def _load_engines(kg: KnowledgeGraph, work: list[tuple[str, list[str], str]], ckpt: Path) -> _Engines:
+    """Write the benchmark checkpoint and load it twice, constraint off and on."""
+    # the tokenizer learns the plan texts' words, so names tokenize like a real model's would
     texts = [p for p, _, plan in work for p in (p, plan)] + _names(kg, sorted(e.id for e in kg.entities("drug")))[:3000]
     write_tiny_checkpoint(ckpt, vocab_from_texts=texts, vocab_size=4096, hidden_size=256, intermediate_size=768,
                           num_layers=6, num_heads=8, num_kv_heads=4, model_vocab_size=8192, tie_word_embeddings=True,
@@ -199,81 +254,69 @@ def _run(args: argparse.Namespace, kg: KnowledgeGraph, work: list[tuple[str, lis
     on = LLMEngine.from_pretrained(ckpt, config, [EntityPlan(eos), kg_processor])
     gc.freeze()   # as the service does once loaded (auditor.app): long-lived KG data out of the GC's scans
     log(f"constraint registered in {register_s:.1f}s; vocab {vocab}")
+    return _Engines(off, on, kg_processor, tokenizer, vocab, register_s)
 
-    prompts = [prompt for prompt, _, _ in work]
-    plans = [tokenizer.backend.encode(plan, add_special_tokens=False).ids for _, _, plan in work]
-    allowed = [ids for _, ids, _ in work]
 
-    longest = max(map(len, plans)) + EXTRA_TOKENS
+@dataclass(slots=True)
+class _Workload:
+    prompts: list[str]
+    plans: list[list[int]]              # token ids EntityPlan pushes, per request
+    allowed: list[list[str]]            # allowed entity ids, per request
+    longest: int                        # steps of a fixed-length run
 
-    def params(constrained: bool, fixed_length: bool, extra_entity: str | None = None) -> list[SamplingParams]:
+    @classmethod
+    def of(cls, work: list[tuple[str, list[str], str]], tokenizer: Tokenizer) -> _Workload:
+        plans = [tokenizer.backend.encode(plan, add_special_tokens=False).ids for _, _, plan in work]
+        return cls([prompt for prompt, _, _ in work], plans, [ids for _, ids, _ in work],
+                   max(map(len, plans)) + EXTRA_TOKENS)
+
+    def params(self, constrained: bool, fixed_length: bool, extra_entity: str | None = None) -> list[SamplingParams]:
         """fixed_length: every request runs `longest` steps (ignore_eos), so both runs decode the same
         batch shapes and throughput compares the processors, not where each request happened to stop."""
         out = []
-        for plan, ids in zip(plans, allowed, strict=True):
+        for plan, ids in zip(self.plans, self.allowed, strict=True):
             extra: dict = {"entity_plan": plan}
             if constrained:
                 extra["kg_constraint"] = {"domain": DOMAIN, "allowed_entity_ids": ids + ([extra_entity] if extra_entity else [])}
-            out.append(SamplingParams(temperature=0, max_tokens=longest if fixed_length else len(plan) + EXTRA_TOKENS,
+            out.append(SamplingParams(temperature=0, max_tokens=self.longest if fixed_length else len(plan) + EXTRA_TOKENS,
                                       ignore_eos=fixed_length, extra_args=extra))
         return out
 
-    # violation runs end by EOS (the guarantee's premise); throughput runs have a fixed length
-    outputs = {"off": off.generate(prompts, params(False, False)), "on": on.generate(prompts, params(True, False))}
-    cold_us = sorted(1e6 * seconds / rows for seconds, rows in kg_processor.calls)   # every state new
+
+def _violation_runs(kg: KnowledgeGraph, engines: _Engines, load: _Workload,
+                    ) -> tuple[dict[str, list[RequestOutput]], list[float], list[float]]:
+    """Runs that end by EOS (the guarantee's premise): outputs off and on, and the per-row mask
+    microseconds of the first constrained run (every state new) and of one with every allowed set
+    widened by an unrelated entity (fresh mask caches, warm walk records), which must not change
+    the outputs."""
+    kg_processor = engines.kg_processor
+    outputs = {"off": engines.off.generate(load.prompts, load.params(False, False)),
+               "on": engines.on.generate(load.prompts, load.params(True, False))}
+    cold_us = sorted(1e6 * seconds / rows for seconds, rows in kg_processor.calls)
     kg_processor.calls.clear()
-    # new allowed sets (one unrelated entity more each): fresh mask caches, warm walk records
-    widened = on.generate(prompts, params(True, False, extra_entity=_unrelated_entity(kg, allowed)))
+    widened = engines.on.generate(load.prompts, load.params(True, False, extra_entity=_unrelated_entity(kg, load.allowed)))
     new_set_us = sorted(1e6 * seconds / rows for seconds, rows in kg_processor.calls)
     kg_processor.calls.clear()
-    engines = {"off": (off, params(False, True)), "on": (on, params(True, True))}
-    tokens = BATCH * longest   # fixed length: every request decodes `longest` tokens
+    assert [o.text for o in widened] == [o.text for o in outputs["on"]], "an unrelated allowed entity changed the output"
+    return outputs, cold_us, new_set_us
 
-    step_in_turn(engines, prompts, "warmup")   # first visits of decoding states fill the mask cache
+
+def _throughput_runs(engines: _Engines, load: _Workload, repeats: int) -> tuple[list[dict[str, float]], int, list[float]]:
+    """Fixed-length runs, off and on stepping in turn after a warm-up that fills the mask cache:
+    seconds per engine per repeat, mask cache misses and per-row mask microseconds of the timed runs."""
+    kg_processor = engines.kg_processor
+    contenders = {"off": (engines.off, load.params(False, True)), "on": (engines.on, load.params(True, True))}
+    tokens = BATCH * load.longest
+    step_in_turn(contenders, load.prompts, "warmup")   # first visits of decoding states fill the mask cache
     kg_processor.calls.clear()
     cached_before = _cached_masks(kg_processor)
-    repeats = args.repeats or 5
     # the engines step in turn (`step_in_turn`), so drifts in this shared machine's speed hit both alike
-    timed = [step_in_turn(engines, prompts, f"r{repeat}") for repeat in range(repeats)]
+    timed = [step_in_turn(contenders, load.prompts, f"r{repeat}") for repeat in range(repeats)]
     for repeat, seconds in enumerate(timed):
         log(f"[{repeat}] off {tokens / seconds['off']:.0f} tok/s, on {tokens / seconds['on']:.0f} tok/s")
-    tok_s = {name: [tokens / seconds[name] for seconds in timed] for name in engines}
-
     new_states = _cached_masks(kg_processor) - cached_before
     per_row_us = sorted(1e6 * seconds / rows for seconds, rows in kg_processor.calls)
-    linker = EntityLinker(kg, types=types)
-    rate_on, mentions_on = violation_rate(linker, [o.text for o in outputs["on"]], allowed)
-    assert [o.text for o in widened] == [o.text for o in outputs["on"]], "an unrelated allowed entity changed the output"
-    rate_off, mentions_off = violation_rate(linker, [o.text for o in outputs["off"]], allowed)
-    events = sum(len(o.events) for o in outputs["on"])
-    emit({
-        "overhead_frac": round(1 - median([t["off"] / t["on"] for t in timed]), 4),
-        "mask_us_p50": round(statistics.median(per_row_us), 2),
-        "mask_us_p99": _p99(per_row_us),
-        "mask_us_p50_new_set": round(statistics.median(new_set_us), 2),
-        "mask_us_p99_new_set": _p99(new_set_us),
-        "mask_us_p50_cold": round(statistics.median(cold_us), 2),
-        "mask_us_p99_cold": _p99(cold_us),
-        "violation_rate_constrained": round(rate_on, 4),
-        "violation_rate_unconstrained": round(rate_off, 4),
-        "mentions_constrained": mentions_on,
-        "mentions_unconstrained": mentions_off,
-        "kg_events_constrained": events,
-        "mask_cache_misses_timed": new_states,
-        "apply_calls_timed": len(kg_processor.calls),
-        "finish_reasons_constrained": sorted({o.finish_reason or "" for o in outputs["on"]}),
-        "off_tok_s": round(median(tok_s["off"]), 1),
-        "on_tok_s": round(median(tok_s["on"]), 1),
-        "surface_forms": surface_forms,
-        "kg_version": kg.version,
-        "register_s": round(register_s, 2),
-        "batch": BATCH,
-        "vocab_size": vocab,
-        "repeats": repeats,
-        "torch_threads": torch.get_num_threads(),
-        "sample_constrained": outputs["on"][0].text,
-        "sample_unconstrained": outputs["off"][0].text,
-    }, args.json)
+    return timed, new_states, per_row_us
 
 
 if __name__ == "__main__":

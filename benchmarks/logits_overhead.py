@@ -17,7 +17,7 @@ from engine.config import EngineConfig
 from engine.kernels.bitmask import bitmask_from_token_ids, bitmask_words
 from engine.kernels.dispatch import apply_token_bitmask
 from engine.llm_engine import LLMEngine
-from engine.logits_process import LogitsProcessor
+from engine.processors.logits_process import LogitsProcessor
 from engine.sampling_params import SamplingParams
 
 BATCH = 32

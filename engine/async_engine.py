@@ -17,8 +17,8 @@ from typing import Any
 
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
-from engine.logits_process import LogitsProcessor
 from engine.outputs import RequestOutput
+from engine.processors.logits_process import LogitsProcessor
 from engine.sampling_params import InvalidRequestError, SamplingParams
 from engine.sequence import Sequence
 from engine.tokenizer import Tokenizer

@@ -14,12 +14,12 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig, ModelConfig, ModelLoadError, parse_dtype
 from engine.detokenizer import init_offsets
 from engine.loader import checkpoint_hash, generation_eos_ids, iter_weights, load_model_config, weight_files
-from engine.logits_process import LogitsProcessor
 from engine.metrics import EngineMetrics
 from engine.model_runner import ModelRunner, kv_bytes_per_block
 from engine.models.llama import LlamaForCausalLM
 from engine.outputs import RequestOutput
 from engine.postprocess import StepPostprocessor
+from engine.processors.logits_process import LogitsProcessor
 from engine.sampler import Sampler
 from engine.sampling_params import InvalidRequestError, SamplingParams
 from engine.scheduler import Scheduler

@@ -8,9 +8,9 @@ from collections.abc import Sequence as Seq
 import torch
 
 from engine.detokenizer import append_text, find_stop, streamable_length
-from engine.logits_process import LogitsProcessor
 from engine.metrics import EngineMetrics
 from engine.outputs import RequestOutput, TokenLogprob
+from engine.processors.logits_process import LogitsProcessor
 from engine.sequence import Sequence
 from engine.tokenizer import Tokenizer
 

@@ -158,6 +158,26 @@ def _grouped(facts: Iterable[Fact]) -> dict[str, list[Fact]]:
 
 # -- medical --------------------------------------------------------------------------------------------
 def medical_qas(kg: KnowledgeGraph) -> Iterator[QA]:
+    yield from _dose_qas(kg)
+    yield from _drug_condition_qas(kg, "indicated_for", "is indicated for", (
+        "What is {drug} used for?",
+        "What are the indications of {drug}?",
+        "What conditions is {drug} approved to treat?",
+        "For which conditions is {drug} indicated?",
+    ))
+    yield from _treatment_qas(kg)
+    yield from _drug_condition_qas(kg, "contraindicated_in", "is contraindicated in", (
+        "When is {drug} contraindicated?",
+        "Who should not take {drug}?",
+        "What are the contraindications of {drug}?",
+        "In which conditions must {drug} not be used?",
+    ))
+    yield from _interaction_qas(kg)
+    yield from _class_qas(kg)
+    yield from _icd10cm_qas(kg)
+
+
+def _dose_qas(kg: KnowledgeGraph) -> Iterator[QA]:
     for fact in kg.facts(relation="max_daily_dose"):
         drug = name_of(kg, fact.subject)
         people = population_words(fact.qualifiers.get("population"))
@@ -171,18 +191,20 @@ def medical_qas(kg: KnowledgeGraph) -> Iterator[QA]:
         ), f"For {people}, the maximum daily dose of {drug} is {amount}{route_words(route)}{cite(fact.provenance)}.",
             (fact.subject,), (number(fact.value),), fact.subject)
 
-    for subject, facts in _grouped(kg.facts(relation="indicated_for")).items():
+
+def _drug_condition_qas(kg: KnowledgeGraph, relation: str, verb: str, questions: tuple[str, ...]) -> Iterator[QA]:
+    """Per drug, the conditions it stands in `relation` to ("{drug} {verb} a, b and c"); `questions`
+    are templates with a `{drug}` field."""
+    for subject, facts in _grouped(kg.facts(relation=relation)).items():
         drug = name_of(kg, subject)
         shown = facts[:MAX_LISTED]
         conditions = [name_of(kg, f.object) for f in shown]
-        yield QA("medical", "indicated_for", (
-            f"What is {drug} used for?",
-            f"What are the indications of {drug}?",
-            f"What conditions is {drug} approved to treat?",
-            f"For which conditions is {drug} indicated?",
-        ), f"{capitalised(drug)} is indicated for {joined(conditions)}{cite(shown[0].provenance)}.",
-            (subject, *[f.object for f in shown if f.object]), (), subject)
+        yield QA("medical", relation, tuple(q.format(drug=drug) for q in questions),
+                 f"{capitalised(drug)} {verb} {joined(conditions)}{cite(shown[0].provenance)}.",
+                 (subject, *[f.object for f in shown if f.object]), (), subject)
 
+
+def _treatment_qas(kg: KnowledgeGraph) -> Iterator[QA]:
     for obj, facts in _grouped_by_object(kg.facts(relation="indicated_for")).items():
         condition = name_of(kg, obj)
         shown = facts[:MAX_LISTED]
@@ -194,18 +216,8 @@ def medical_qas(kg: KnowledgeGraph) -> Iterator[QA]:
         ), f"Drugs indicated for {condition} include {joined(drugs)} (FDA prescribing information, section 1 "
            f"INDICATIONS AND USAGE).", (obj, *[f.subject for f in shown]), (), obj)
 
-    for subject, facts in _grouped(kg.facts(relation="contraindicated_in")).items():
-        drug = name_of(kg, subject)
-        shown = facts[:MAX_LISTED]
-        conditions = [name_of(kg, f.object) for f in shown]
-        yield QA("medical", "contraindicated_in", (
-            f"When is {drug} contraindicated?",
-            f"Who should not take {drug}?",
-            f"What are the contraindications of {drug}?",
-            f"In which conditions must {drug} not be used?",
-        ), f"{capitalised(drug)} is contraindicated in {joined(conditions)}{cite(shown[0].provenance)}.",
-            (subject, *[f.object for f in shown if f.object]), (), subject)
 
+def _interaction_qas(kg: KnowledgeGraph) -> Iterator[QA]:
     for subject, facts in _grouped(kg.facts(relation="interacts_with")).items():
         drug = name_of(kg, subject)
         shown = sorted(facts, key=lambda f: f.qualifiers.get("severity") != "major")[:MAX_LISTED]
@@ -220,6 +232,8 @@ def medical_qas(kg: KnowledgeGraph) -> Iterator[QA]:
         ), f"{capitalised(drug)} interacts with {joined(parts)}{cite(shown[0].provenance)}.",
             (subject, *[f.object for f in shown if f.object]), (), subject)
 
+
+def _class_qas(kg: KnowledgeGraph) -> Iterator[QA]:
     for fact in kg.facts(relation="in_class"):
         drug, drug_class = name_of(kg, fact.subject), name_of(kg, fact.object)
         yield QA("medical", "in_class", (
@@ -229,6 +243,8 @@ def medical_qas(kg: KnowledgeGraph) -> Iterator[QA]:
         ), f"{capitalised(drug)} belongs to the class {drug_class}{cite(fact.provenance)}.",
             (fact.subject, fact.object or ""), (), fact.subject)
 
+
+def _icd10cm_qas(kg: KnowledgeGraph) -> Iterator[QA]:
     for subject, facts in _grouped(kg.facts(relation="has_icd10cm_code")).items():
         condition = name_of(kg, subject)
         codes = [f.object.split(":", 1)[1] for f in facts if f.object]

@@ -18,7 +18,7 @@ from stdnum.exceptions import InvalidChecksum, ValidationError
 from stdnum.gb import sedol
 
 from rules.claims import Document, Sentence
-from rules.report import Evidence
+from rules.report import Evidence, Resolution, Verdict
 from rules.units import find_money, stated_date
 from rules.validators.base import CitationCheck, Finding, kg_evidence, package_source, validator
 
@@ -45,7 +45,7 @@ def identifiers(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
             kind = declared or _shape_type(raw)
             if kind is None:
                 continue
-            finding = _check_bic(raw) if kind == "bic" else _check_iban(raw) if kind == "iban" else _check_stdnum(raw, kind)
+            finding = _check_schwifty(raw, kind) if kind in _SCHWIFTY_PARSERS else _check_stdnum(raw, kind)
             finding.span = (start, end)
             findings.append(finding)
         findings.extend(_isin_cusip_mismatch(doc, [f for f in findings if sentence.start <= f.span[0] < sentence.end]))
@@ -130,68 +130,75 @@ def _iban_countries() -> frozenset[str]:
     return frozenset(countries)
 
 
+_CITATION_RESOLUTION: dict[Verdict, Resolution] = {
+    "supported": "resolved", "contradicted": "invalid", "unverifiable": "unconfirmed"}
+
+
+def _identifier_finding(raw: str, kind: str, verdict: Verdict, confidence: float, evidence: list[Evidence]) -> Finding:
+    """A finding on identifier `raw` of `kind` (the caller sets its span)."""
+    return Finding(raw, (0, 0), "identifier", verdict, confidence, evidence,
+                   citation=CitationCheck("identifier", _CITATION_RESOLUTION[verdict], None), meta={"type": kind})
+
+
 def _check_stdnum(raw: str, kind: str) -> Finding:
     module = _STDNUM_MODULES[kind]
     source = package_source("python-stdnum")
     label = kind.upper()
+    locator = f"stdnum.{module.__name__.split('stdnum.')[-1]}"
     try:
         module.validate(raw)
     except InvalidChecksum:
-        return Finding(raw, (0, 0), "identifier", "contradicted", 0.99,
-                       [Evidence(kind="checksum", description=f"{raw} fails the {label} check-digit test",
-                                 source=source, locator=f"stdnum.{module.__name__.split('stdnum.')[-1]}")],
-                       citation=CitationCheck("identifier", "invalid", None), meta={"type": kind})
+        return _identifier_finding(raw, kind, "contradicted", 0.99, [Evidence(
+            kind="checksum", description=f"{raw} fails the {label} check-digit test", source=source, locator=locator)])
     except ValidationError as exc:
-        return Finding(raw, (0, 0), "identifier", "contradicted", 0.95,
-                       [Evidence(kind="checksum", description=f"{raw} is not a valid {label}: {exc}",
-                                 source=source, locator=f"stdnum.{module.__name__.split('stdnum.')[-1]}")],
-                       citation=CitationCheck("identifier", "invalid", None), meta={"type": kind})
-    return Finding(raw, (0, 0), "identifier", "supported", 0.9,
-                   [Evidence(kind="checksum", description=f"{raw} is a well-formed {label} with a valid check digit "
-                             "(the issuer it is attributed to is not verified)", source=source,
-                             locator=f"stdnum.{module.__name__.split('stdnum.')[-1]}")],
-                   citation=CitationCheck("identifier", "resolved", None), meta={"type": kind})
+        return _identifier_finding(raw, kind, "contradicted", 0.95, [Evidence(
+            kind="checksum", description=f"{raw} is not a valid {label}: {exc}", source=source, locator=locator)])
+    return _identifier_finding(raw, kind, "supported", 0.9, [Evidence(
+        kind="checksum", description=f"{raw} is a well-formed {label} with a valid check digit "
+        "(the issuer it is attributed to is not verified)", source=source, locator=locator)])
 
 
-def _check_iban(raw: str) -> Finding:
+# kind: (schwifty's class, confidence and evidence kind of the finding when it cannot parse the value, locator)
+_SCHWIFTY_PARSERS: dict[str, tuple[type[IBAN] | type[BIC], float, str, str]] = {
+    "iban": (IBAN, 0.99, "checksum", "schwifty.IBAN"),
+    "bic": (BIC, 0.95, "registry", "schwifty.BIC (ISO 9362 structure)"),
+}
+
+
+def _check_schwifty(raw: str, kind: str) -> Finding:
+    """An IBAN or a BIC: what schwifty cannot parse (structure, country, check digits) is invalid;
+    a parsed value is judged by its kind."""
+    parse, confidence, evidence_kind, locator = _SCHWIFTY_PARSERS[kind]
     source = package_source("schwifty")
     try:
-        iban = IBAN(raw)
+        parsed = parse(raw)
     except SchwiftyException as exc:
-        return Finding(raw, (0, 0), "identifier", "contradicted", 0.99,
-                       [Evidence(kind="checksum", description=f"{raw} is not a valid IBAN: {exc}", source=source,
-                                 locator="schwifty.IBAN")],
-                       citation=CitationCheck("identifier", "invalid", None), meta={"type": "iban"})
+        return _identifier_finding(raw, kind, "contradicted", confidence, [Evidence(
+            kind=evidence_kind, description=f"{raw} is not a valid {kind.upper()}: {exc}", source=source,
+            locator=locator)])
+    return _judge_iban(raw, parsed, source) if isinstance(parsed, IBAN) else _judge_bic(raw, parsed, source)
+
+
+def _judge_iban(raw: str, iban: IBAN, source: str) -> Finding:
     evidence = [Evidence(kind="checksum", description=f"{iban.formatted}: valid IBAN structure and check digits for "
                          f"{iban.country_code}", source=source, locator="schwifty.IBAN")]
     bank = iban.bank
     if bank:
         evidence.append(Evidence(kind="registry", description=f"bank code {iban.bank_code} belongs to {bank.get('name')}",
                                  source=source, locator="schwifty bank registry"))
-    return Finding(raw, (0, 0), "identifier", "supported", 0.95, evidence,
-                   citation=CitationCheck("identifier", "resolved", None), meta={"type": "iban"})
+    return _identifier_finding(raw, "iban", "supported", 0.95, evidence)
 
 
-def _check_bic(raw: str) -> Finding:
-    source = package_source("schwifty")
-    try:
-        bic = BIC(raw)
-    except SchwiftyException as exc:
-        return Finding(raw, (0, 0), "identifier", "contradicted", 0.95,
-                       [Evidence(kind="registry", description=f"{raw} is not a valid BIC: {exc}", source=source,
-                                 locator="schwifty.BIC (ISO 9362 structure)")],
-                       citation=CitationCheck("identifier", "invalid", None), meta={"type": "bic"})
+def _judge_bic(raw: str, bic: BIC, source: str) -> Finding:
     names = bic.bank_names
     if bic.exists or names:
-        return Finding(raw, (0, 0), "identifier", "supported", 0.9,
-                       [Evidence(kind="registry", description=f"{raw} is in the BIC registry: {names[0] if names else ''}",
-                                 source=source, locator="schwifty BIC registry")],
-                       citation=CitationCheck("identifier", "resolved", None), meta={"type": "bic"})
+        return _identifier_finding(raw, "bic", "supported", 0.9, [Evidence(
+            kind="registry", description=f"{raw} is in the BIC registry: {names[0] if names else ''}",
+            source=source, locator="schwifty BIC registry")])
     # schwifty's registry covers a few dozen countries: absence is "unknown", never "fabricated"
-    return Finding(raw, (0, 0), "identifier", "unverifiable", 0.5,
-                   [Evidence(kind="registry", description=f"{raw} is well-formed but absent from the offline BIC registry",
-                             source=source, locator="schwifty BIC registry")],
-                   citation=CitationCheck("identifier", "unconfirmed", None), meta={"type": "bic"})
+    return _identifier_finding(raw, "bic", "unverifiable", 0.5, [Evidence(
+        kind="registry", description=f"{raw} is well-formed but absent from the offline BIC registry",
+        source=source, locator="schwifty BIC registry")])
 
 
 # -- currency codes and country currencies -------------------------------------------------------------

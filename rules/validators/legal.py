@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -20,7 +21,7 @@ import courts_db
 
 from knowledge_graphs.model import Entity, KnowledgeGraph
 from rules.claims import Document
-from rules.report import Evidence
+from rules.report import Evidence, Resolution
 from rules.validators.base import CitationCheck, Finding, kg_evidence, package_source, validator
 from rules.validators.legal_citations import (
     CaseCitation,
@@ -235,48 +236,77 @@ def _citations(doc: Document) -> list[CaseCitation]:
     return doc.cache["case_citations"]
 
 
+@dataclass(slots=True)
+class _CaseChecks:
+    """What the checks of one case citation have found so far, in the order they found it."""
+
+    contradictions: list[tuple[float, Evidence]] = field(default_factory=list)   # (confidence, evidence)
+    support: list[Evidence] = field(default_factory=list)
+    notes: list[Evidence] = field(default_factory=list)      # said beside any verdict, decide none
+    supports_claim: bool | None = None
+    resolution: Resolution = "unconfirmed"
+    subject: str | None = None
+
+
 def _judge_case(doc: Document, citation: CaseCitation, index: CaseIndex | None, reporter_courts: dict[str, str],
                 year_fixes: tuple[dict[str, int], dict[str, int]], unknown_reporter_confidence: float) -> Finding:
+    span = _case_span(doc, citation)
+    text = doc.text[span[0]:span[1]]
+    checks = _CaseChecks()
+    if index is not None:
+        denial = _check_fabrication(doc, citation, index, span, checks)                        # 1.
+        if denial is not None:
+            return denial
+    _check_reporter(citation, year_fixes, unknown_reporter_confidence, checks)                 # 2.
+    _check_court(citation, reporter_courts, checks)                                            # 3.
+    if index is not None and checks.resolution != "invalid":
+        _check_landmark(doc, citation, index, reporter_courts, checks)                         # 4.
+    return _case_finding(text, span, citation, checks)
+
+
+def _case_span(doc: Document, citation: CaseCitation) -> tuple[int, int]:
+    """The citation with the case name written before it, when there is one."""
     start = citation.start
     if citation.case_name:
         name_at = doc.text.rfind(citation.case_name, max(0, citation.start - 250), citation.start)
         start = name_at if name_at >= 0 else start
-    span = (start, citation.end)
-    text = doc.text[span[0]:span[1]]
-    contradictions: list[tuple[float, Evidence]] = []
-    support: list[Evidence] = []
-    notes: list[Evidence] = []
-    supports_claim: bool | None = None
-    resolution = "unconfirmed"
-    subject: str | None = None
+    return start, citation.end
 
-    # 1. documented fabrications (sanctions orders)
-    if index is not None:
-        fake = index.fabricated_by_citation.get(citation.key)
-        if fake is None and citation.case_name:
-            named = index.fabricated_named(citation.case_name)
-            fake = named[0] if named else None
-        if fake is not None:
-            subject = fake.id
-            documented = doc.kg.facts(fake.id, "fabrication_documented_in") if doc.kg is not None else []
-            order = str(documented[0].value) if documented else str(fake.attributes.get("found_in", ""))
-            fabrication = kg_evidence(
-                f"documented fabricated citation: {fake.name}, {fake.attributes.get('citation', '')}; {order}",
-                documented[0].provenance if documented else fake.provenance, kind="fabrication")
-            if denies_citation(doc, span, citation.start):
-                # the sentence says this citation is fabricated / does not exist: a correct denial
-                return Finding(text, span, "case_citation", "supported", 0.95, [fabrication], subject=subject,
-                               citation=CitationCheck("case", "invalid", True))
-            contradictions.append((0.99, fabrication))
-            resolution = "invalid"
 
-    # 2. reporter exists, year inside the edition's dates
+def _check_fabrication(doc: Document, citation: CaseCitation, index: CaseIndex, span: tuple[int, int],
+                       checks: _CaseChecks) -> Finding | None:
+    """1. Documented fabrications (sanctions orders). Returns the finding when the text denies the
+    fabricated citation, which is then a correct statement and needs no further check."""
+    fake = index.fabricated_by_citation.get(citation.key)
+    if fake is None and citation.case_name:
+        named = index.fabricated_named(citation.case_name)
+        fake = named[0] if named else None
+    if fake is None:
+        return None
+    checks.subject = fake.id
+    documented = doc.kg.facts(fake.id, "fabrication_documented_in") if doc.kg is not None else []
+    order = str(documented[0].value) if documented else str(fake.attributes.get("found_in", ""))
+    fabrication = kg_evidence(
+        f"documented fabricated citation: {fake.name}, {fake.attributes.get('citation', '')}; {order}",
+        documented[0].provenance if documented else fake.provenance, kind="fabrication")
+    if denies_citation(doc, span, citation.start):
+        # the sentence says this citation is fabricated / does not exist: a correct denial
+        return Finding(doc.text[span[0]:span[1]], span, "case_citation", "supported", 0.95, [fabrication],
+                       subject=checks.subject, citation=CitationCheck("case", "invalid", True))
+    checks.contradictions.append((0.99, fabrication))
+    checks.resolution = "invalid"
+    return None
+
+
+def _check_reporter(citation: CaseCitation, year_fixes: tuple[dict[str, int], dict[str, int]],
+                    unknown_reporter_confidence: float, checks: _CaseChecks) -> None:
+    """2. The reporter exists, and the year lies inside the edition's dates."""
     dates = edition_dates(citation.reporter) if citation.known_reporter else None
     if not citation.known_reporter:
-        contradictions.append((unknown_reporter_confidence, Evidence(
+        checks.contradictions.append((unknown_reporter_confidence, Evidence(
             kind="registry", description=f"reporter {citation.reporter!r} exists in no reporter registry",
             source=package_source("reporters-db"), locator="reporters_db.EDITIONS / VARIATIONS_ONLY")))
-        resolution = "invalid"
+        checks.resolution = "invalid"
     elif dates is not None:
         first, last, reporter_name = dates
         first_years, last_years = year_fixes
@@ -286,61 +316,70 @@ def _judge_case(doc: Document, citation: CaseCitation, index: CaseIndex | None, 
             last = datetime(last_years[citation.reporter], 12, 31)
         if citation.year is not None and not _year_in(citation.year, first, last):
             span_text = f"{first.year if first else '?'}-{last.year if last else 'present'}"
-            contradictions.append((0.95, Evidence(
+            checks.contradictions.append((0.95, Evidence(
                 kind="registry", description=f"{citation.reporter} ({reporter_name}) covers {span_text}; "
                 f"a {citation.year} decision cannot be reported there",
                 source=package_source("reporters-db"), locator=f"reporters_db.REPORTERS[{citation.reporter!r}].editions")))
-            resolution = "invalid"
+            checks.resolution = "invalid"
 
-    # 3. court exists and publishes in this reporter
-    if citation.court_text:
-        courts = resolve_court(citation.court_text)
-        allowed = reporter_courts.get(citation.reporter)
-        if courts and allowed and not any(re.search(allowed, str(c.get("citation_string", ""))) for c in courts):
-            contradictions.append((0.85, Evidence(
-                kind="registry", description=f"{citation.court_text} ({courts[0].get('name')}) does not publish in "
-                f"{citation.reporter}", source=package_source("courts-db"), locator="courts_db citation_string")))
-        elif not courts:
-            notes.append(Evidence(kind="registry", description=f"court {citation.court_text!r} not found in courts-db",
-                                  source=package_source("courts-db"), locator="courts_db citation_string"))
 
-    # 4. landmark index: the citation's record must agree with the name, year and court the text gives
-    if index is not None and resolution != "invalid":
-        record = index.by_citation.get(citation.key)
-        if record is not None:
-            subject = record.id
-            resolution = "resolved"
-            mismatches = _record_mismatches(doc, citation, record)
+def _check_court(citation: CaseCitation, reporter_courts: dict[str, str], checks: _CaseChecks) -> None:
+    """3. The court named exists and publishes in this reporter."""
+    if not citation.court_text:
+        return
+    courts = resolve_court(citation.court_text)
+    allowed = reporter_courts.get(citation.reporter)
+    if courts and allowed and not any(re.search(allowed, str(c.get("citation_string", ""))) for c in courts):
+        checks.contradictions.append((0.85, Evidence(
+            kind="registry", description=f"{citation.court_text} ({courts[0].get('name')}) does not publish in "
+            f"{citation.reporter}", source=package_source("courts-db"), locator="courts_db citation_string")))
+    elif not courts:
+        checks.notes.append(Evidence(kind="registry", description=f"court {citation.court_text!r} not found in courts-db",
+                                     source=package_source("courts-db"), locator="courts_db citation_string"))
+
+
+def _check_landmark(doc: Document, citation: CaseCitation, index: CaseIndex, reporter_courts: dict[str, str],
+                    checks: _CaseChecks) -> None:
+    """4. Landmark index: the citation's record must agree with the name, year and court the text gives;
+    a known case named with another citation must not be misplaced."""
+    record = index.by_citation.get(citation.key)
+    if record is not None:
+        checks.subject = record.id
+        checks.resolution = "resolved"
+        mismatches = _record_mismatches(doc, citation, record)
+        if mismatches:
+            checks.supports_claim = False
+            checks.contradictions.extend((0.9, kg_evidence(m, record.provenance)) for m in mismatches)
+        else:
+            checks.supports_claim = True
+            checks.support.append(kg_evidence(f"{record.name}, {record.attributes.get('citation', '')} "
+                                              f"({record.attributes.get('year', '')})", record.provenance))
+    elif citation.case_name:
+        for case in index.cases_named(citation.case_name):
+            checks.subject = case.id
+            mismatches = _misplaced(citation, case, reporter_courts)
             if mismatches:
-                supports_claim = False
-                contradictions.extend((0.9, kg_evidence(m, record.provenance)) for m in mismatches)
-            else:
-                supports_claim = True
-                support.append(kg_evidence(f"{record.name}, {record.attributes.get('citation', '')} "
-                                           f"({record.attributes.get('year', '')})", record.provenance))
-        elif citation.case_name:
-            for case in index.cases_named(citation.case_name):
-                subject = case.id
-                mismatches = _misplaced(citation, case, reporter_courts)
-                if mismatches:
-                    supports_claim = False
-                    contradictions.extend((0.9, kg_evidence(m, case.provenance)) for m in mismatches)
-                    break
+                checks.supports_claim = False
+                checks.contradictions.extend((0.9, kg_evidence(m, case.provenance)) for m in mismatches)
+                break
 
-    if contradictions:
-        confidence = max(c for c, _ in contradictions)
-        evidence = [e for _, e in contradictions] + notes
-        return Finding(text, span, "case_citation", "contradicted", confidence, evidence, subject=subject,
-                       citation=CitationCheck("case", resolution, supports_claim))  # type: ignore[arg-type]
-    if support:
-        return Finding(text, span, "case_citation", "supported", 0.95, support + notes, subject=subject,
-                       citation=CitationCheck("case", "resolved", True))
+
+def _case_finding(text: str, span: tuple[int, int], citation: CaseCitation, checks: _CaseChecks) -> Finding:
+    """Any contradiction decides (at the confidence of the surest); else support; else unverifiable."""
+    if checks.contradictions:
+        confidence = max(c for c, _ in checks.contradictions)
+        evidence = [e for _, e in checks.contradictions] + checks.notes
+        return Finding(text, span, "case_citation", "contradicted", confidence, evidence, subject=checks.subject,
+                       citation=CitationCheck("case", checks.resolution, checks.supports_claim))
+    if checks.support:
+        return Finding(text, span, "case_citation", "supported", 0.95, checks.support + checks.notes,
+                       subject=checks.subject, citation=CitationCheck("case", "resolved", True))
     description = (f"well-formed citation to {citation.reporter} that no offline source confirms"
                    if citation.known_reporter else "citation could not be checked")
     return Finding(text, span, "case_citation", "unverifiable", 0.5,
                    [Evidence(kind="registry", description=description, source=package_source("reporters-db"),
-                             locator="reporters_db.EDITIONS"), *notes],
-                   subject=subject, citation=CitationCheck("case", "unconfirmed", None))
+                             locator="reporters_db.EDITIONS"), *checks.notes],
+                   subject=checks.subject, citation=CitationCheck("case", "unconfirmed", None))
 
 
 # -- denials of fabricated citations -------------------------------------------------------------------

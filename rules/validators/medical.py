@@ -192,9 +192,9 @@ def indication(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
             for condition in _distinct(conditions):
                 span = (min(drug.start, condition.start), max(drug.end, condition.end))
                 if _CONTRA.search(sentence.text) and not re.search(r"not contraindicated", sentence.text, re.I):
-                    findings.append(_judge_contraindication(doc, drug, condition, span, asserted=True))
+                    findings.append(_judge_pair(doc, "contraindication", drug, condition, span, asserted=True))
                 elif _SAFE_IN.search(sentence.text):
-                    findings.append(_judge_contraindication(doc, drug, condition, span, asserted=False))
+                    findings.append(_judge_pair(doc, "contraindication", drug, condition, span, asserted=False))
                 elif _INDICATION.search(sentence.text):
                     negated = bool(_NEGATION.search(sentence.text))
                     label_claim = bool(_LABEL_INDICATION.search(sentence.text)) and closed_world
@@ -216,18 +216,35 @@ def _pair_facts(doc: Document, drug: Mention, condition: Mention, relation: str)
     return [f for f in _drug_facts(doc, drug.entity_ids, relation) if f.object in condition.entity_ids]
 
 
-def _judge_indication(doc: Document, drug: Mention, condition: Mention, span: tuple[int, int], negated: bool,
-                      label_claim: bool) -> Finding:
+# the KG relation that decides each kind of drug-condition claim
+_PAIR_RELATIONS = {"indication": "indicated_for", "contraindication": "contraindicated_in"}
+
+
+def _judge_pair(doc: Document, kind: str, drug: Mention, condition: Mention, span: tuple[int, int],
+                asserted: bool) -> Finding:
+    """A claim that `drug` is (asserted) or is not in `kind`'s relation to `condition`: the KG's fact
+    for the pair supports the assertion and contradicts the denial; without one, unverifiable."""
+    relation = _PAIR_RELATIONS[kind]
     text = doc.text[span[0]:span[1]]
     subject = drug.entity_ids[0]
-    facts = _pair_facts(doc, drug, condition, "indicated_for")
+    facts = _pair_facts(doc, drug, condition, relation)
     if facts:
-        evidence = [kg_evidence(f"{drug.text} indicated_for {condition.text}", facts[0].provenance)]
-        return Finding(text, span, "indication", "contradicted" if negated else "supported", 0.9, evidence, subject=subject)
-    if negated:
-        return Finding(text, span, "indication", "unverifiable", 0.5,
-                       [Evidence(kind="kg_fact", description=f"no indicated_for fact for {drug.text} / {condition.text}")],
-                       subject=subject)
+        evidence = [kg_evidence(f"{drug.text} {relation} {condition.text}", facts[0].provenance)]
+        return Finding(text, span, kind, "supported" if asserted else "contradicted", 0.9, evidence, subject=subject)
+    return Finding(text, span, kind, "unverifiable", 0.5,
+                   [Evidence(kind="kg_fact", description=f"no {relation} fact for {drug.text} / {condition.text}")],
+                   subject=subject)
+
+
+def _judge_indication(doc: Document, drug: Mention, condition: Mention, span: tuple[int, int], negated: bool,
+                      label_claim: bool) -> Finding:
+    """`_judge_pair`, then for an asserted indication the KG has no fact for: a contraindication for
+    the pair, or (label claims) the drug's exhaustive list of labelled indications, contradicts it."""
+    judged = _judge_pair(doc, "indication", drug, condition, span, asserted=not negated)
+    if judged.verdict != "unverifiable" or negated:
+        return judged
+    text = doc.text[span[0]:span[1]]
+    subject = drug.entity_ids[0]
     contra = _pair_facts(doc, drug, condition, "contraindicated_in")
     if contra:
         return Finding(text, span, "indication", "contradicted", 0.9,
@@ -241,23 +258,7 @@ def _judge_indication(doc: Document, drug: Mention, condition: Mention, span: tu
         return Finding(text, span, "indication", "contradicted", 0.75,
                        [kg_evidence(f"labelled indications of {drug.text}: {names}", known[0].provenance)],
                        subject=subject)
-    return Finding(text, span, "indication", "unverifiable", 0.5,
-                   [Evidence(kind="kg_fact", description=f"no indicated_for fact for {drug.text} / {condition.text}")],
-                   subject=subject)
-
-
-def _judge_contraindication(doc: Document, drug: Mention, condition: Mention, span: tuple[int, int],
-                            asserted: bool) -> Finding:
-    text = doc.text[span[0]:span[1]]
-    subject = drug.entity_ids[0]
-    facts = _pair_facts(doc, drug, condition, "contraindicated_in")
-    if facts:
-        evidence = [kg_evidence(f"{drug.text} contraindicated_in {condition.text}", facts[0].provenance)]
-        return Finding(text, span, "contraindication", "supported" if asserted else "contradicted", 0.9, evidence,
-                       subject=subject)
-    return Finding(text, span, "contraindication", "unverifiable", 0.5,
-                   [Evidence(kind="kg_fact", description=f"no contraindicated_in fact for {drug.text} / {condition.text}")],
-                   subject=subject)
+    return judged
 
 
 def _name(doc: Document, entity_id: str | None) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from auditor.serving import runtime
-from engine.testing import write_tiny_checkpoint
+from engine.synthetic import write_tiny_checkpoint
 from knowledge_graphs.model import Entity, Fact, KnowledgeGraph, Provenance
 
 _LABEL = Provenance("test fixture (hand-written)", "tests/auditor/real_engine.py", "2026-12-02")

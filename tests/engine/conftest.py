@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.testing import write_tiny_checkpoint
+from engine.synthetic import write_tiny_checkpoint
 
 torch.set_num_threads(2)
 
@@ -21,9 +21,9 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _write_hf_checkpoint(path: Path, arch: str, **overrides) -> Path:
     """A random checkpoint written by transformers' save_pretrained, with our BPE tokenizer beside it."""
     transformers = pytest.importorskip("transformers")
-    from engine.testing import _DEFAULT_TEXTS, CHAT_TEMPLATE, build_bpe_tokenizer  # noqa: PLC0415
+    from engine.synthetic import CHAT_TEMPLATE, DEFAULT_TEXTS, build_bpe_tokenizer  # noqa: PLC0415
 
-    tokenizer = build_bpe_tokenizer(_DEFAULT_TEXTS, 400)
+    tokenizer = build_bpe_tokenizer(DEFAULT_TEXTS, 400)
     common = dict(
         vocab_size=tokenizer.get_vocab_size(), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.1,

@@ -11,7 +11,7 @@ import torch
 from engine.config import EngineConfig, ModelLoadError
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import InvalidRequestError, SamplingParams
-from engine.testing import write_tiny_checkpoint
+from engine.synthetic import write_tiny_checkpoint
 
 
 def _greedy(engine: LLMEngine, prompt: str) -> list[int]:

@@ -1,8 +1,15 @@
-"""Tiny random Llama-family checkpoints on disk, for tests and benchmarks of every layer.
+"""Synthetic checkpoints: random-weight Llama-family models with a small BPE tokenizer trained on
+given texts, written to disk in the Hugging Face layout the engine loads.
 
-Written with `safetensors` + `tokenizers` only (no transformers), in the Hugging Face layout the
-engine loads: config.json, model.safetensors (or shards + index), tokenizer.json,
-tokenizer_config.json (with a chat template), generation_config.json.
+This ships with the engine rather than living under tests/ because the shipped benchmarks write
+their models with it: `benchmarks/_common.py` a ~6.6M-parameter model with a padded 8k vocab, and
+`benchmarks/kg_constraint.py` one whose tokenizer is trained on the texts it decodes, so entity
+names split into pieces as a real tokenizer's would. The tests of every layer use it too, for the
+engine's tiny checkpoints and the service's real-engine runs.
+
+Written with `safetensors` + `tokenizers` only (no transformers): config.json, model.safetensors
+(or shards + index), tokenizer.json, tokenizer_config.json (with a chat template),
+generation_config.json.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}{{ eos_token }}\n"
     "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
-_DEFAULT_TEXTS = [
+DEFAULT_TEXTS = [
     "The patient was prescribed 500 mg of amoxicillin twice daily for seven days.",
     "Revenue grew 12% year over year while operating margin fell to 8.5 percent.",
     "The court held that the statute did not apply retroactively to the contract.",
@@ -101,7 +108,7 @@ def write_tiny_checkpoint(
         raise ValueError(f"arch must be one of {sorted(_ARCHITECTURES)}, got {arch!r}")
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_bpe_tokenizer(vocab_from_texts or _DEFAULT_TEXTS, vocab_size)
+    tokenizer = build_bpe_tokenizer(vocab_from_texts or DEFAULT_TEXTS, vocab_size)
     tokenizer.save(str(path / "tokenizer.json"))
     bos_id, eos_id = tokenizer.token_to_id(BOS), tokenizer.token_to_id(EOS)
     config: dict[str, Any] = {

@@ -10,14 +10,14 @@ from tokenizers import Tokenizer
 
 from engine.kernels.bitmask import apply_token_bitmask_torch, pack_bool_mask
 from engine.sampling_params import InvalidRequestError, SamplingParams
-from knowledge_graphs import constraint_masks
-from knowledge_graphs.constraint import KGConstraintError, KGConstraintProcessor, allowed_entities
-from knowledge_graphs.constraint_masks import pack_allowed
+from knowledge_graphs.decoding import constraint_masks
+from knowledge_graphs.decoding.constraint import KGConstraintError, KGConstraintProcessor, allowed_entities
+from knowledge_graphs.decoding.constraint_masks import pack_allowed
+from knowledge_graphs.decoding.surface_guard import MIN_DEAD_WORD_CHARS
 from knowledge_graphs.linking import EntityLinker
 from knowledge_graphs.model import Entity, KnowledgeGraph
-from knowledge_graphs.surface_guard import MIN_DEAD_WORD_CHARS
 from tests.knowledge_graphs.conftest import SRC, byte_level_bpe
-from tests.knowledge_graphs.decode_sim import decode_loop, eos_id
+from tests.knowledge_graphs.decoding.decode_sim import decode_loop, eos_id
 
 
 def _processor(tokenizer: Tokenizer, kg: KnowledgeGraph) -> KGConstraintProcessor:
@@ -268,7 +268,7 @@ def test_words_that_leave_the_name_index_are_not_steered(tokenizer: Tokenizer, k
     assert result.text == tokenizer.decode(plan)
 
 
-BUNDLED_TOKENIZER = Path(__file__).resolve().parents[2] / "auditor" / "bundled_model" / "tokenizer.json"
+BUNDLED_TOKENIZER = Path(__file__).resolve().parents[3] / "auditor" / "bundled_model" / "tokenizer.json"
 
 
 @pytest.mark.skipif(not BUNDLED_TOKENIZER.exists(), reason="bundled model tokenizer not present")

@@ -16,12 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from knowledge_graphs.constraint import KGConstraintProcessor
+from knowledge_graphs.decoding.constraint import KGConstraintProcessor
+from knowledge_graphs.decoding.trie import surface_variants
 from knowledge_graphs.linking import EntityLinker
 from knowledge_graphs.model import Entity, KnowledgeGraph
-from knowledge_graphs.trie import surface_variants
 from tests.knowledge_graphs.conftest import ENTITIES, SRC
-from tests.knowledge_graphs.decode_sim import decode_loop, eos_id
+from tests.knowledge_graphs.decoding.decode_sim import decode_loop, eos_id
 
 CONSTRAINED = sorted(e.id for e in ENTITIES if e.type in ("drug", "condition"))
 PREFIXES = ["", " ", "Take ", "(", "non-", "x", "\n", "Stop: ", "2 "]

@@ -7,7 +7,7 @@ the allowed entities' encodings and every mask computed for that set, keyed by t
 shared by requests with the same allowed set. A mask is kept as its blocked token ids when they
 are few (the common case, applied sparsely) and as a packed int32 bitmask
 (`engine.kernels.bitmask` layout) otherwise or on demand. What a first visit costs is mostly the
-vocabulary guard's (`knowledge_graphs.vocab_guard`), whose allowed-independent part is shared by
+vocabulary guard's (`knowledge_graphs.decoding.vocab_guard`), whose allowed-independent part is shared by
 all views of a domain.
 """
 
@@ -23,9 +23,7 @@ import torch
 from tokenizers import Tokenizer
 
 from engine.kernels.bitmask import BITS, bitmask_words, pack_bool_mask
-from knowledge_graphs.linking import MIN_FORM_CHARS
-from knowledge_graphs.model import KnowledgeGraph, normalise_alias
-from knowledge_graphs.surface_guard import (
+from knowledge_graphs.decoding.surface_guard import (
     SPACE,
     AllowedNodes,
     GuardState,
@@ -36,8 +34,10 @@ from knowledge_graphs.surface_guard import (
     end_violates,
     fold,
 )
-from knowledge_graphs.trie import ROOT, EncodingIndex, TokenTrie, encode_forms
-from knowledge_graphs.vocab_guard import SurfaceGuard
+from knowledge_graphs.decoding.trie import ROOT, EncodingIndex, TokenTrie, encode_forms
+from knowledge_graphs.decoding.vocab_guard import SurfaceGuard
+from knowledge_graphs.linking import MIN_FORM_CHARS
+from knowledge_graphs.model import KnowledgeGraph, normalise_alias
 
 MAX_VIEWS = 256            # allowed sets kept per domain (least recently built dropped first)
 MAX_MASKS_PER_VIEW = 50_000

@@ -12,7 +12,7 @@ import torch
 import xgrammar as xgr
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from engine.json_mode import (
+from engine.processors.json_mode import (
     JSON_OBJECT_SCHEMA,
     JsonModeProcessor,
     bound_string_lengths_by_pattern,

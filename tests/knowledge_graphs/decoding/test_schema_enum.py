@@ -7,9 +7,13 @@ import json
 
 import pytest
 
-from knowledge_graphs.constraint import allowed_entities
+from knowledge_graphs.decoding.constraint import allowed_entities
+from knowledge_graphs.decoding.schema_enum import (
+    SchemaEnumError,
+    allowed_names_by_type,
+    expand_kg_entity_enums,
+)
 from knowledge_graphs.model import KnowledgeGraph
-from knowledge_graphs.schema_enum import SchemaEnumError, allowed_names_by_type, expand_kg_entity_enums
 
 SCHEMA = {
     "type": "object",

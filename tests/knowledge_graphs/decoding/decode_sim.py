@@ -10,7 +10,7 @@ from tokenizers import Tokenizer
 
 from engine.outputs import ProcessorEvent
 from engine.sampling_params import SamplingParams
-from knowledge_graphs.constraint import KGConstraintProcessor
+from knowledge_graphs.decoding.constraint import KGConstraintProcessor
 
 
 @dataclass(slots=True)

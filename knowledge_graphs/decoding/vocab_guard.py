@@ -17,8 +17,14 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from knowledge_graphs.guard_records import Records, evaluate, prefix_range, ranges_to_ids, walk_records
-from knowledge_graphs.surface_guard import (
+from knowledge_graphs.decoding.guard_records import (
+    Records,
+    evaluate,
+    prefix_range,
+    ranges_to_ids,
+    walk_records,
+)
+from knowledge_graphs.decoding.surface_guard import (
     MAX_IDLE,
     MIN_DEAD_WORD_CHARS,
     SPACE,
@@ -141,17 +147,34 @@ class SurfaceGuard:
 
     def _walk(self, state: GuardState, allowed: AllowedNodes) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """(guard ranges, dead-word ranges) over sorted token positions, for one allowed set: the
-        `advance_checked` rules applied to every token at once. Depth-first over trie nodes and
-        token prefixes together; a token that leaves the trie with no obligation pending ends the
-        mention and is never visited."""
-        strings = self._sorted[state.boundary]
-        trie = self.trie
-        live = allowed.live
-        depth = trie.depth
-        guard_bad: list[tuple[int, int]] = []
-        word_dead: list[tuple[int, int]] = []
-        stack: list[tuple[tuple[int, ...], frozenset[int] | None, str, int, int, bool]] = [
-            (tuple(state.nodes), state.carriers, "", 0, len(strings), False)]
+        `advance_checked` rules applied to every token at once (see `_CarrierWalk`)."""
+        return _CarrierWalk(self._sorted[state.boundary], self.trie, state, allowed).run()
+
+
+# (open matches, obligation carriers or None, token prefix so far, sorted range [lo, hi) of the
+# tokens that start with it, whether the prefix holds a word boundary)
+_Frame = tuple[tuple[int, ...], frozenset[int] | None, str, int, int, bool]
+
+
+class _CarrierWalk:
+    """One carrier-tracking walk of `SurfaceGuard._walk`. Depth-first over trie nodes and token
+    prefixes together; a token that leaves the trie with no obligation pending ends the mention and
+    is never visited. Each next character is a boundary (`_across_boundary`) or goes on along the
+    word (`_along_word`); with an obligation pending, tokens that take neither way are blocked
+    (`_block_exposed`)."""
+
+    def __init__(self, strings: list[str], trie: NameTrie, state: GuardState, allowed: AllowedNodes) -> None:
+        self.strings = strings          # token texts in sorted order, as they read after state.boundary
+        self.trie = trie
+        self.state = state
+        self.allowed = allowed
+        self.guard_bad: list[tuple[int, int]] = []
+        self.word_dead: list[tuple[int, int]] = []
+
+    def run(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """(guard ranges, dead-word ranges)."""
+        trie, strings = self.trie, self.strings
+        stack: list[_Frame] = [(tuple(self.state.nodes), self.state.carriers, "", 0, len(strings), False)]
         while stack:
             nodes, carriers, prefix, lo, hi, spaced = stack.pop()
             chars = {SPACE}
@@ -165,53 +188,74 @@ class SurfaceGuard:
                     continue
                 if ch == SPACE:
                     covered.append((a, b))
-                    group = [n for n in nodes if n in trie.entities]
-                    pending = carriers
-                    if pending is not None and any(n in pending and n in allowed.nodes for n in group):
-                        pending = None
-                    bad = allowed.forbidden_closing(group)
-                    pool: Iterable[int] = nodes if pending is None else pending
-                    if bad:
-                        need = max(depth[n] for n in bad)
-                        pool = [n for n in pool if depth[n] >= need]
-                    if bad or pending is not None:
-                        pending = frozenset(c for n in pool if (c := trie.child(n, SPACE)) >= 0 and c in live)
-                        if not pending:
-                            guard_bad.append((a, b))
-                            continue
-                    nxt = tuple(c for n in nodes if (c := trie.child(n, SPACE)) >= 0)
-                    if nxt:
-                        stack.append((nxt, pending, extended, a, b, True))
-                    continue
-                next_carriers = carriers
-                if carriers is not None:
-                    next_carriers = frozenset(c for n in carriers if (c := trie.child(n, ch)) >= 0 and c in live)
-                    if not next_carriers:
+                    frame = self._across_boundary(nodes, carriers, extended, a, b)
+                else:
+                    frame = self._along_word(nodes, carriers, extended, a, b, spaced)
+                    if frame is None:
                         continue    # blocked below, with every other way out of the carriers
-                covered.append((a, b))
-                nxt = tuple(c for n in nodes if (c := trie.child(n, ch)) >= 0)
-                exact_end = bisect.bisect_right(strings, extended, a, b)   # tokens == extended
-                if exact_end > a:
-                    if any(n in trie.entities for n in nxt) and next_carriers is None and allowed.dead_end(nxt):
-                        guard_bad.append((a, exact_end))
-                    elif (not spaced and not any(n in live for n in nxt)
-                          and max(depth[n] for n in nxt) >= MIN_DEAD_WORD_CHARS):
-                        word_dead.append((a, exact_end))
-                stack.append((nxt, next_carriers, extended, a, b, spaced))
+                    covered.append((a, b))
+                if frame is not None:
+                    stack.append(frame)
             if carriers is not None:
-                # an obligation is pending: a token that goes on past `prefix` by a character no
-                # carrier (nor a boundary) continues leaves the forbidden names it covers exposed
-                start = bisect.bisect_right(strings, prefix, lo, hi)   # tokens == prefix end here: fine,
-                if not prefix and state.boundary and state.idle >= MAX_IDLE:
-                    # except at the start, after a boundary: tokens that add nothing but boundary
-                    # characters make no progress; one more after the token that opened the
-                    # obligation is punctuation and spacing ("failure" + "," + " " + "NYHA"), more
-                    # would let the obligation hang on ("Nicotine." + "," + "," ...)
-                    start = lo
-                for a, b in sorted(covered):
-                    if a > start:
-                        guard_bad.append((start, a))
-                    start = max(start, b)
-                if start < hi:
-                    guard_bad.append((start, hi))
-        return guard_bad, word_dead
+                self._block_exposed(prefix, lo, hi, covered)
+        return self.guard_bad, self.word_dead
+
+    def _across_boundary(self, nodes: tuple[int, ...], carriers: frozenset[int] | None, extended: str,
+                         a: int, b: int) -> _Frame | None:
+        """Tokens [a, b) put a word boundary after `nodes`: names that close there and are forbidden
+        (or a pending obligation) must go on through a live carrier, else the tokens are blocked."""
+        trie, allowed = self.trie, self.allowed
+        group = [n for n in nodes if n in trie.entities]
+        pending = carriers
+        if pending is not None and any(n in pending and n in allowed.nodes for n in group):
+            pending = None
+        bad = allowed.forbidden_closing(group)
+        pool: Iterable[int] = nodes if pending is None else pending
+        if bad:
+            need = max(trie.depth[n] for n in bad)
+            pool = [n for n in pool if trie.depth[n] >= need]
+        if bad or pending is not None:
+            pending = frozenset(c for n in pool if (c := trie.child(n, SPACE)) >= 0 and c in allowed.live)
+            if not pending:
+                self.guard_bad.append((a, b))
+                return None
+        nxt = tuple(c for n in nodes if (c := trie.child(n, SPACE)) >= 0)
+        return (nxt, pending, extended, a, b, True) if nxt else None
+
+    def _along_word(self, nodes: tuple[int, ...], carriers: frozenset[int] | None, extended: str,
+                    a: int, b: int, spaced: bool) -> _Frame | None:
+        """Tokens [a, b) go on along the word by `extended[-1]`; None when no carrier of a pending
+        obligation goes on by it. Tokens that end exactly here are blocked when they strand the
+        text at a steering dead end (guard) or in a word only forbidden names start (dead word)."""
+        trie, live, ch = self.trie, self.allowed.live, extended[-1]
+        next_carriers = carriers
+        if carriers is not None:
+            next_carriers = frozenset(c for n in carriers if (c := trie.child(n, ch)) >= 0 and c in live)
+            if not next_carriers:
+                return None
+        nxt = tuple(c for n in nodes if (c := trie.child(n, ch)) >= 0)
+        exact_end = bisect.bisect_right(self.strings, extended, a, b)   # tokens == extended
+        if exact_end > a:
+            if any(n in trie.entities for n in nxt) and next_carriers is None and self.allowed.dead_end(nxt):
+                self.guard_bad.append((a, exact_end))
+            elif (not spaced and not any(n in live for n in nxt)
+                  and max(trie.depth[n] for n in nxt) >= MIN_DEAD_WORD_CHARS):
+                self.word_dead.append((a, exact_end))
+        return (nxt, next_carriers, extended, a, b, spaced)
+
+    def _block_exposed(self, prefix: str, lo: int, hi: int, covered: list[tuple[int, int]]) -> None:
+        """An obligation is pending: a token that goes on past `prefix` by a character no carrier
+        (nor a boundary) continues leaves the forbidden names it covers exposed."""
+        start = bisect.bisect_right(self.strings, prefix, lo, hi)   # tokens == prefix end here: fine,
+        if not prefix and self.state.boundary and self.state.idle >= MAX_IDLE:
+            # except at the start, after a boundary: tokens that add nothing but boundary
+            # characters make no progress; one more after the token that opened the
+            # obligation is punctuation and spacing ("failure" + "," + " " + "NYHA"), more
+            # would let the obligation hang on ("Nicotine." + "," + "," ...)
+            start = lo
+        for a, b in sorted(covered):
+            if a > start:
+                self.guard_bad.append((start, a))
+            start = max(start, b)
+        if start < hi:
+            self.guard_bad.append((start, hi))

@@ -22,8 +22,8 @@ import xgrammar as xgr
 from tokenizers import Tokenizer
 
 from engine.kernels.bitmask import apply_token_bitmask_additive, bitmask_from_token_ids, bitmask_words
-from engine.logits_process import LogitsProcessor
 from engine.outputs import ProcessorEvent
+from engine.processors.logits_process import LogitsProcessor
 from engine.sampling_params import InvalidRequestError, SamplingParams
 
 JSON_OBJECT_SCHEMA = '{"type":"object"}'

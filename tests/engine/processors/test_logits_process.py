@@ -9,8 +9,8 @@ import torch
 from engine.config import EngineConfig
 from engine.kernels.bitmask import apply_token_bitmask_torch, bitmask_from_token_ids
 from engine.llm_engine import LLMEngine
-from engine.logits_process import LogitsProcessor
 from engine.outputs import ProcessorEvent
+from engine.processors.logits_process import LogitsProcessor
 from engine.sampling_params import InvalidRequestError, SamplingParams
 
 GREEDY = dict(temperature=0, ignore_eos=True)

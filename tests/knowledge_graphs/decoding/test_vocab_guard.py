@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from knowledge_graphs.guard_records import evaluate, ranges_to_ids
-from knowledge_graphs.surface_guard import AllowedNodes, GuardState, NameTrie, advance_checked, fold
-from knowledge_graphs.vocab_guard import SurfaceGuard
+from knowledge_graphs.decoding.guard_records import evaluate, ranges_to_ids
+from knowledge_graphs.decoding.surface_guard import AllowedNodes, GuardState, NameTrie, advance_checked, fold
+from knowledge_graphs.decoding.vocab_guard import SurfaceGuard
 
 NAMES = {
     "nicotine": ["n1"], "nicotine dependence": ["n2"], "heart failure": ["h1"], "heart failure nyha class iii": ["h2"],

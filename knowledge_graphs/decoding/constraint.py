@@ -2,7 +2,7 @@
 
 Two layers, AND-ed into one packed bitmask per (decoding state, allowed set), cached:
 
-1. Steering (token tries, GENRE-style; `knowledge_graphs.trie`). A mention starts when a token is
+1. Steering (token tries, GENRE-style; `knowledge_graphs.decoding.trie`). A mention starts when a token is
    the first word token of some entity encoding, at a word boundary. While the mention is live (on
    the way to an allowed entity), a token that only lengthens the current word (no word boundary in
    it) is blocked when the word is then a prefix of forbidden names alone, at least
@@ -15,8 +15,8 @@ Two layers, AND-ed into one packed bitmask per (decoding state, allowed set), ca
    name with no allowed continuation is blocked, and so is a token that continues an open match and
    ends exactly on such a name ("Heli" + "um"). Closing is always offered: " The" (toward
    "Theophylline") is usually just a word.
-2. Guarantee (character guard; `knowledge_graphs.surface_guard`, applied to the whole vocabulary
-   per state by `knowledge_graphs.vocab_guard`). Whatever the tokens, no token
+2. Guarantee (character guard; `knowledge_graphs.decoding.surface_guard`, applied to the whole vocabulary
+   per state by `knowledge_graphs.decoding.vocab_guard`). Whatever the tokens, no token
    and no EOS may leave a forbidden surface form linked in the normalised text: closing one at a
    word boundary is blocked unless a longer allowed name covers it, either closing at the same
    boundary ("diabetes" in "type 2 diabetes") or still being written ("Nicotine" in "Nicotine
@@ -66,13 +66,13 @@ import torch
 from tokenizers import Tokenizer
 
 from engine.kernels.dispatch import apply_token_bitmask
-from engine.logits_process import LogitsProcessor
 from engine.outputs import ProcessorEvent
+from engine.processors.logits_process import LogitsProcessor
 from engine.sampling_params import InvalidRequestError, SamplingParams
-from knowledge_graphs.constraint_masks import AllowedView, DecodeState, DomainMasks
+from knowledge_graphs.decoding.constraint_masks import AllowedView, DecodeState, DomainMasks
+from knowledge_graphs.decoding.surface_guard import GuardState, fold
+from knowledge_graphs.decoding.vocab_text import token_bytes
 from knowledge_graphs.model import KnowledgeGraph
-from knowledge_graphs.surface_guard import GuardState, fold
-from knowledge_graphs.vocab_text import token_bytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ exactly on a complete forbidden name that no allowed name continues is blocked t
 so the model is not left with a name it can never close; and the dead-word rule gives the token
 steering (constraint_masks) the tokens that lengthen a word into a prefix of forbidden names only.
 
-These rules, applied to the whole vocabulary at once, are `knowledge_graphs.vocab_guard`.
+These rules, applied to the whole vocabulary at once, are `knowledge_graphs.decoding.vocab_guard`.
 """
 
 from __future__ import annotations

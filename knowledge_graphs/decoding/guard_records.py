@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from knowledge_graphs.surface_guard import MIN_DEAD_WORD_CHARS, SPACE, AllowedNodes, NameTrie
+from knowledge_graphs.decoding.surface_guard import MIN_DEAD_WORD_CHARS, SPACE, AllowedNodes, NameTrie
 
 _MAX_CHAR = "\U0010ffff"
 Ranges = tuple[np.ndarray, np.ndarray]   # (lo, hi) int64 over sorted token positions

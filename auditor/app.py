@@ -16,7 +16,22 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from prometheus_client import start_http_server
 
-from auditor.api import audits, chat, completions, health, models, reaudits
+from auditor.alerts.engine import AlertSchedule
+from auditor.api import (
+    access_log,
+    alerts,
+    audits,
+    chat,
+    completions,
+    health,
+    holds,
+    keys,
+    models,
+    reaudits,
+    reviews,
+    rules,
+    trends,
+)
 from auditor.api.deps import Services
 from auditor.api.errors import audit_store_unavailable, error_response, install_error_handlers
 from auditor.api.limits import BodySizeLimit
@@ -27,6 +42,7 @@ from auditor.jobs import scoring
 from auditor.jobs.inprocess import EmbeddedWorker
 from auditor.jobs.settings import WorkerSettings
 from auditor.jobs.task_queue import TaskQueue, celery_queue
+from auditor.packs.source import StorePacks, store_packs
 from auditor.serving.inference import AuditUnavailable, BadRequest, InferenceService
 from auditor.serving.knowledge import Knowledge, NoKnowledge
 from auditor.serving.metrics import ServiceMetrics
@@ -37,13 +53,13 @@ from auditor.trail.witness import WitnessPublisher, open_witness
 logger = logging.getLogger("auditor")
 
 
-def _load_runtime(settings: Settings) -> tuple[Any, Verifier, Knowledge]:
+def _load_runtime(settings: Settings, packs: StorePacks) -> tuple[Any, Verifier, Knowledge]:
     """Engine, validators and KGs for production. Imported here: they pull in torch, xgrammar and the KGs."""
     from auditor.serving import runtime
 
     kgs = runtime.load_kgs(settings.domains)
     engine = runtime.load_engine(settings.resolved_model_path(), kgs)
-    verifier = runtime.RulesVerifier(kgs)
+    verifier = runtime.RulesVerifier(kgs, packs)
     verifier.warm_up()
     # The KGs, tries, walk records and rule packs live as long as the process: take them out of the
     # cyclic GC's view, or each full collection (set off by allocations mid-decode) rescans them all.
@@ -51,16 +67,17 @@ def _load_runtime(settings: Settings) -> tuple[Any, Verifier, Knowledge]:
     return engine, verifier, runtime.KgKnowledge(kgs)
 
 
-def _start_task_queue(settings: Settings, database: Database, stack: AsyncExitStack) -> TaskQueue:
+def _start_task_queue(settings: Settings, database: Database, stack: AsyncExitStack, packs: StorePacks) -> TaskQueue:
     """Embedded default: no broker, so scoring and re-audits run on an in-process pool fed by the outbox."""
     if settings.redis_url is not None:
         return celery_queue(settings.redis_url)
     worker_settings = WorkerSettings()
     spec = worker_settings.evaluator
-    embedded = EmbeddedWorker(database, lambda: scoring.load_evaluator(spec),
+    embedded = EmbeddedWorker(database, lambda: scoring.load_evaluator(spec, packs=packs),
                               redeliver_after_s=worker_settings.redeliver_after_s,
                               chunk_stall_after_s=worker_settings.chunk_stall_after_s,
-                              stream_recovery_after_s=worker_settings.stream_recovery_after_s).start()
+                              stream_recovery_after_s=worker_settings.stream_recovery_after_s,
+                              alerts=AlertSchedule.from_settings(settings)).start()
     stack.callback(embedded.stop)
     return embedded.queue
 
@@ -98,16 +115,18 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
             if settings.auto_migrate:
                 await anyio.to_thread.run_sync(
                     functools.partial(database.upgrade, hmac_key=settings.hmac_key.get_secret_value().encode()))
+            packs = store_packs(database, settings)
             loaded_engine, loaded_verifier, loaded_knowledge = engine, verifier, knowledge
             if engine is None:
-                loaded_engine, loaded_verifier, loaded_knowledge = await anyio.to_thread.run_sync(_load_runtime, settings)
+                loaded_engine, loaded_verifier, loaded_knowledge = await anyio.to_thread.run_sync(
+                    _load_runtime, settings, packs)
                 stack.push_async_callback(_shutdown_engine, loaded_engine)
                 await loaded_engine.start()
             metrics.watch_engine(loaded_engine.stats)
             inference = InferenceService(engine=loaded_engine, database=database, settings=settings, metrics=metrics,
                                          verifier=loaded_verifier or NoClaimVerifier(),
                                          knowledge=loaded_knowledge or NoKnowledge())
-            task_queue = _start_task_queue(settings, database, stack)
+            task_queue = _start_task_queue(settings, database, stack, packs)
             if settings.chain_witness:
                 publisher = WitnessPublisher(database, open_witness(settings.chain_witness),
                                              interval_s=settings.witness_interval_s).start()
@@ -117,7 +136,7 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                                                     registry=metrics.registry)
                 stack.callback(server.shutdown)
             auth = AuthGuard(environment=settings.environment, bind_host=settings.host)
-            services = Services(settings, database, loaded_engine, inference, metrics, task_queue, auth)
+            services = Services(settings, database, loaded_engine, inference, metrics, task_queue, auth, packs)
             app.state.services = services
             await anyio.to_thread.run_sync(_warn_about_authentication, database, auth, settings.host)
             services.ready = True
@@ -146,6 +165,8 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
     async def _bad_request(_request: Request, exc: BadRequest) -> JSONResponse:
         return error_response(400, str(exc), exc.code, exc.param)
 
-    for router in (chat.router, completions.router, models.router, audits.router, reaudits.router, health.router):
+    for router in (chat.router, completions.router, models.router, audits.router, reaudits.router, health.router,
+                   reviews.router, holds.router, keys.router, access_log.router, trends.router, rules.router,
+                   alerts.router):
         app.include_router(router)
     return app

@@ -60,6 +60,16 @@ class Settings(BaseSettings):
     # Output-gate PII rule: what to do with PII in model output, per domain (default for the rest).
     output_pii_action: dict[str, Literal["allow", "annotate", "redact", "block"]] = Field(default_factory=dict)
     default_output_pii_action: Literal["allow", "annotate", "redact", "block"] = "redact"
+    # Rule packs: the folder of <domain>.yaml files (None: the bundled packs), how often each process re-reads
+    # which pack is active (and, with the watch on, whether a file changed), see `auditor.packs`.
+    rule_pack_dir: Path | None = None
+    rule_pack_refresh_s: float = Field(default=2.0, gt=0, le=3600)
+    rule_pack_watch: bool = True
+    # Review queue: records with a claim judged less confident than this need a person.
+    review_min_confidence: float = Field(default=0.5, ge=0, le=1)
+    # Alerts: how often rules are checked, and the webhook retry schedule (seconds between attempts).
+    alert_check_interval_s: float = Field(default=30.0, gt=0, le=86_400)
+    alert_retry_delays_s: list[float] = Field(default_factory=lambda: [1.0, 5.0, 30.0])
 
     @model_validator(mode="after")
     def _refuse_weak_secret(self) -> Settings:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Engine, create_engine
 
-from auditor.store.schema import metadata
+from auditor.store.schema import include_object_for, metadata
 
 config = context.config
 target_metadata = metadata
@@ -31,7 +31,8 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     with _engine().connect() as connection:
         # render_as_batch: SQLite can only ALTER tables by copying them; later revisions need it.
-        context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
+        context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True,
+                          include_object=include_object_for(connection.dialect.name))
         with context.begin_transaction():
             context.run_migrations()
         connection.commit()

@@ -13,6 +13,7 @@ from fastapi import Depends, Request
 from auditor.api.errors import ApiError
 from auditor.auth.principal import AuthenticationError, AuthGuard, Principal, RoleNotAllowed, require_role
 from auditor.jobs.task_queue import TaskQueue
+from auditor.packs.source import StorePacks
 from auditor.serving.inference import InferenceService
 from auditor.serving.metrics import ServiceMetrics
 from auditor.settings import Settings
@@ -29,6 +30,7 @@ class Services:
     metrics: ServiceMetrics
     task_queue: TaskQueue
     auth: AuthGuard
+    packs: StorePacks | None = None
     ready: bool = False
 
 
@@ -81,4 +83,5 @@ def _role(*roles: str, trail_read: bool = False) -> Any:
 
 ClientDep = Annotated[Principal, _role("client", "admin")]        # may run inference
 ReaderDep = Annotated[Principal, _role("auditor", "admin", trail_read=True)]   # may read the trail, run re-audits
-AdminDep = Annotated[Principal, _role("admin")]
+ReviewerDep = Annotated[Principal, _role("reviewer", "auditor", "admin", trail_read=True)]   # review queue, records
+AdminDep = Annotated[Principal, _role("admin", trail_read=True)]

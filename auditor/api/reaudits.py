@@ -1,25 +1,26 @@
-"""Re-audit jobs over HTTP: create, watch (progress, summary), cancel, resume. Auditors and admins only.
+"""Re-audit jobs over HTTP: create, list, watch (progress, summary), cancel, resume. Auditors and admins only.
 
 Jobs run on Celery workers when `AUDITOR_REDIS_URL` is set, else on the in-process pool the app keeps
-(`Services.task_queue`). Creating a job never waits for a worker: with workers or the broker down, the
-job is committed and its chunks are sent when they come back.
+(`Services.task_queue`). Creating a job never waits for a worker and never collects record ids: the
+response names the rule packs the job pins, and its records are frozen in the background.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Query
 from pydantic import ValidationError
 
 from auditor.api.deps import ReaderDep, Services, ServicesDep
 from auditor.api.errors import ApiError
-from auditor.api.schemas import ReauditCreate, ReauditOut
+from auditor.api.schemas import ReauditCreate, ReauditList, ReauditOut
 from auditor.auth.principal import Principal
 from auditor.jobs import reaudit, scoring
 from auditor.jobs.settings import WorkerSettings
+from auditor.packs.source import pins_now
 from auditor.trail.access_log import log_denied
 
 router = APIRouter(prefix="/v1/reaudits", tags=["re-audit"])
@@ -32,16 +33,29 @@ def create_reaudit(body: Annotated[dict[str, Any], Body()], services: ServicesDe
         reason = "only admins may re-audit other tenants' records"
         log_denied(services.database, reader, target=f"reaudit_create:tenant={spec.filter.tenant}", reason=reason)
         raise ApiError(403, reason, code="insufficient_role", param="filter.tenant")
+    spec_name = WorkerSettings().evaluator
     try:
         job_id = reaudit.create_job(services.database, tenant=reader.tenant, tenant_scope=reader.tenant_scope,
                                     evaluator_version=_evaluator_version(), filters=spec.filter,
-                                    import_id=spec.import_id, chunk_size=spec.chunk_size)
+                                    import_id=spec.import_id, chunk_size=spec.chunk_size,
+                                    rule_packs=pins_now(services.packs, spec_name))
     except reaudit.ReauditNotFound as exc:
         raise ApiError(404, str(exc), code="import_not_found", param="import_id") from exc
     except reaudit.ReauditError as exc:
         raise ApiError(400, str(exc), code="invalid_reaudit") from exc
     reaudit.start_job(services.database, services.task_queue, job_id)
     return _job_out(services, job_id, reader, action="reaudit_create")
+
+
+@router.get("", response_model=ReauditList)
+def list_reaudits(services: ServicesDep, reader: ReaderDep,
+                  status: Annotated[Literal["running", "cancelled", "done"] | None, Query()] = None,
+                  limit: Annotated[int, Query(ge=1, le=100)] = 20,
+                  cursor: Annotated[str | None, Query(max_length=36, description="next_cursor of the last page")] = None,
+                  ) -> ReauditList:
+    with _job_errors():
+        jobs, next_cursor = reaudit.list_jobs(services.database, reader, status=status, limit=limit, before=cursor)
+    return ReauditList(data=[ReauditOut.model_validate(job) for job in jobs], next_cursor=next_cursor)
 
 
 @router.get("/{job_id}", response_model=ReauditOut)

@@ -126,12 +126,13 @@ class ReauditCreate(BaseModel):
 
 
 class ReauditProgress(BaseModel):
-    total: int
+    total: int                 # records frozen so far (final once planning is false)
     done: int
     failed: int
     pending: int
     rate_per_s: float
     eta_s: float | None
+    planning: bool = False
 
 
 class ReauditOut(BaseModel):
@@ -142,9 +143,19 @@ class ReauditOut(BaseModel):
     filter: dict[str, Any] | None
     import_id: str | None
     evaluator_version: str
+    rule_packs: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="domain -> {version, hash}: the packs the job judges with, pinned at creation")
+    max_seq: int | None = None
+    planning: bool = False
     created_at: datetime
     started_at: datetime
     cancelled_at: datetime | None
     finished_at: datetime | None
     progress: ReauditProgress
     summary: dict[str, Any] | None
+
+
+class ReauditList(BaseModel):
+    object: str = "list"
+    data: list[ReauditOut]
+    next_cursor: str | None

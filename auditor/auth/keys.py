@@ -13,8 +13,10 @@ from sqlalchemy.orm import Session
 from auditor.auth.models import ApiKey
 from auditor.store.base import utcnow
 
-Role = Literal["client", "auditor", "admin"]
-ROLES: tuple[Role, ...] = ("client", "auditor", "admin")
+Role = Literal["client", "reviewer", "auditor", "admin"]
+# client: inference; reviewer: the review queue and the records in it; auditor: the whole trail of its tenant
+# (lists, exports, re-audits, access log, trends); admin: every tenant, holds, keys, rule packs, alert rules.
+ROLES: tuple[Role, ...] = ("client", "reviewer", "auditor", "admin")
 KEY_PREFIX = "aud_"
 
 

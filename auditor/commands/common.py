@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import argparse
+import json
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
@@ -49,3 +52,57 @@ def in_session(work: Callable[[Session], T], *, user_errors: tuple[type[Exceptio
             return guarded(work, session)
     except user_errors as exc:
         raise CliError(str(exc)) from exc
+
+
+# -- output: every listing has a header and says so when it is empty; --json prints JSON alone -------------
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, ensure_ascii=False, default=_json_default, indent=2))
+
+
+def print_json_lines(values: Iterable[Any]) -> None:
+    for value in values:
+        print(json.dumps(value, ensure_ascii=False, default=_json_default))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    return str(value)
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, empty: str) -> None:
+    """Aligned columns under a header line, or the empty-state message when there are no rows."""
+    if not rows:
+        print(empty)
+        return
+    cells = [[_cell(value) for value in row] for row in rows]
+    widths = [max(len(str(h)), *(len(row[i]) for row in cells)) for i, h in enumerate(headers)]
+    print("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for row in cells:
+        print("  ".join(value.ljust(w) for value, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def add_json_flag(parser: argparse.ArgumentParser, what: str = "the result") -> None:
+    parser.add_argument("--json", action="store_true", help=f"print {what} as JSON only (nothing else on stdout)")
+
+
+def validation_message(exc: ValidationError, *, option_prefix: str = "--") -> str:
+    """A pydantic error as one CLI line naming the option: "--fer-min: Input should be ..."."""
+    first = exc.errors()[0]
+    loc = [str(part) for part in first["loc"] if not isinstance(part, int)]
+    option = option_prefix + "-".join(loc).replace("_", "-") if loc else "input"
+    return f"{option}: {first['msg']}"

@@ -1,7 +1,9 @@
 """JSONL import of external LLM outputs (prompt, output, domain, model, timestamp), for re-audit.
 
 Each valid line becomes an ordinary audit record (endpoint "import", hash-chained, scored through the
-outbox like our own outputs) and is linked to its import batch by line number. Records are appended in
+outbox like our own outputs) and is linked to its import batch by line number. The line's own timestamp is
+kept (`details.timestamp`) and is the record's `occurred_at` in lists, filters and trends; the import time
+is its `created_at`. Imported outputs never passed our gate, so they carry no gate action. Records are appended in
 transactions of `APPEND_BATCH`; a batch still "importing" after a crash says how far it got. Bad lines are never
 imported silently: every malformed line is reported with its line number, and either skipped
 (default) or, with `strict`, the whole file is rejected before anything is written.
@@ -25,7 +27,7 @@ from auditor.jobs.models import ImportBatch, ImportedOutput
 from auditor.settings import Settings
 from auditor.store.base import utcnow
 from auditor.store.database import Database
-from auditor.trail.records import NewRecord, append_in_transaction
+from auditor.trail.records import NewRecord, append_batch
 
 APPEND_BATCH = 200
 MAX_LINE_BYTES = 1_000_000
@@ -158,12 +160,10 @@ def import_lines(database: Database, lines: list[str], *, settings: Settings, te
         # One transaction per batch: records, their outbox rows and links commit together, and the
         # chain lock is released between batches so live inference is not held up by a long import.
         with database.write_connection() as conn:
-            links = []
-            for number, line in part:
-                record = _new_record(line, number, batch.id, tenant=tenant, settings=settings)
-                append_in_transaction(conn, record, key=database.chain_key)
-                links.append({"import_id": batch.id, "line": number, "record_id": record.id})
-            conn.execute(insert(ImportedOutput), links)
+            records = [_new_record(line, number, batch.id, tenant=tenant, settings=settings) for number, line in part]
+            append_batch(conn, records, key=database.chain_key)
+            conn.execute(insert(ImportedOutput), [{"import_id": batch.id, "line": number, "record_id": record.id}
+                                                  for (number, _), record in zip(part, records, strict=True)])
             done = {"status": "complete", "finished_at": utcnow()} if last else {}
             conn.execute(update(ImportBatch).where(ImportBatch.id == batch.id)
                          .values(imported=ImportBatch.imported + len(part), **done))

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from auditor.alerts.engine import AlertSchedule
 from auditor.jobs import reaudit, reaudit_chunks, scoring
 from auditor.jobs.outbox import acknowledge_hook, dispatch_once
 from auditor.store.database import Database
@@ -85,7 +86,7 @@ class InProcessTaskQueue:
     def _chunk(self, job_id: str, chunk: int) -> None:
         try:
             reaudit_chunks.run_chunk(self.database, self.evaluator, job_id=job_id, chunk=chunk,
-                                     retry=reaudit_chunks.RecordRetry(delays_s=self._retry_delays_s))
+                                     retry=reaudit_chunks.RecordRetry(delays_s=self._retry_delays_s), queue=self)
         except Exception:   # the sweeper re-enqueues a chunk whose heartbeat stops
             logger.exception("re-audit %s chunk %d failed", job_id, chunk)
 
@@ -97,8 +98,10 @@ class EmbeddedWorker:
 
     def __init__(self, database: Database, evaluator_factory: Callable[[], scoring.Evaluator], *,
                  workers: int = 2, interval_s: float = 0.5, redeliver_after_s: float = 300.0,
-                 chunk_stall_after_s: float = 300.0, stream_recovery_after_s: float = 300.0) -> None:
+                 chunk_stall_after_s: float = 300.0, stream_recovery_after_s: float = 300.0,
+                 alerts: AlertSchedule | None = None) -> None:
         self.queue = InProcessTaskQueue(database, evaluator_factory, workers=workers)
+        self.alerts = alerts
         self.database = database
         self.interval_s = interval_s
         self.redeliver_after_s = redeliver_after_s
@@ -123,6 +126,8 @@ class EmbeddedWorker:
         reaudit.requeue_stalled(self.database, self.queue, stall_after_s=self.chunk_stall_after_s,
                                 queued_after_s=self.chunk_stall_after_s * 4)
         recover_interrupted_streams(self.database, idle_for_s=self.stream_recovery_after_s)
+        if self.alerts is not None:
+            self.alerts.run(self.database)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from auditor.store.base import Base, new_id, utcnow
@@ -36,6 +36,10 @@ class ReauditJob(Base):
     tenant_scope: Mapped[str | None] = mapped_column(String(128))         # None: all tenants (admin)
     tenants_covered: Mapped[list[Any] | None]                             # tenants whose records the job read
     source: Mapped[str] = mapped_column(String(16))                       # records | import
+    rule_packs: Mapped[dict[str, Any] | None]                             # domain -> {version, hash} pinned at creation
+    max_seq: Mapped[int | None] = mapped_column(BigInteger)               # records appended later are not covered
+    planned_through: Mapped[int | None] = mapped_column(BigInteger)       # items frozen up to this seq so far
+    planned_at: Mapped[datetime | None]                                   # every item frozen (None: still planning)
     filters: Mapped[dict[str, Any] | None]
     import_id: Mapped[str | None] = mapped_column(String(36))
     evaluator_version: Mapped[str] = mapped_column(String(64))

@@ -1,9 +1,12 @@
 """Re-audit jobs: re-score a frozen set of stored records (a filter, or one JSONL import) in chunks.
 
-A job is created in one commit (job row, one item per record, one row per chunk) and only then are
-its chunks enqueued; `auditor.jobs.reaudit_chunks` runs a chunk and finishes the job. Originals are never
-modified: a job only adds evaluation rows (job_id = the job's id). This module creates and steers
-jobs, reports their progress, and re-enqueues chunks whose worker died or whose message was lost.
+Creating a job is one small commit, whatever the trail's size: the job row with its filter, the rule packs
+it will judge with (pinned: named before it starts, used by every worker), and `max_seq`, the last record
+it covers. No record id passes through the request. Its records are then frozen in the background by
+`auditor.jobs.reaudit_plan`, one seq range at a time, and each range's chunks are enqueued as soon as they
+exist; `auditor.jobs.reaudit_chunks` runs a chunk and finishes the job. Originals are never modified: a job
+only adds evaluation rows (job_id = the job's id). This module creates and steers jobs, reports their
+progress, and re-enqueues chunks (and planning) whose worker died or whose message was lost.
 """
 
 from __future__ import annotations
@@ -15,22 +18,21 @@ from typing import Any
 from sqlalchemy import and_, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from auditor.jobs.models import ImportBatch, ImportedOutput, ReauditChunk, ReauditItem, ReauditJob
-from auditor.jobs.reaudit_chunks import fail_pending_in_chunk, finalize_if_complete
-from auditor.jobs.reaudit_summary import build_summary
+from auditor.jobs.models import ImportBatch, ReauditChunk, ReauditItem, ReauditJob
+from auditor.jobs.reaudit_chunks import PLAN_CHUNK, fail_pending_in_chunk, finalize_if_complete
 from auditor.jobs.task_queue import TaskQueue
 from auditor.store.base import utcnow
 from auditor.store.database import Database
 from auditor.trail.access_log import Reader, log_access
-from auditor.trail.models import AuditRecord
-from auditor.trail.queries import filtered_query, plausible_id
+from auditor.trail.ledgers import RECORDS
+from auditor.trail.models import ChainHead
+from auditor.trail.queries import plausible_id
 from auditor.trail.schemas import AuditFilters, RecordFilter
 
 logger = logging.getLogger("auditor.jobs.reaudit")
 
 DEFAULT_CHUNK_SIZE = 100
 RATE_WINDOW_S = 30.0
-_INSERT_BATCH = 5000
 
 
 class ReauditError(ValueError):
@@ -58,64 +60,43 @@ class ReauditFilter(RecordFilter):
 def create_job(
     database: Database, *, tenant: str, tenant_scope: str | None, evaluator_version: str,
     filters: ReauditFilter | None = None, import_id: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
+    rule_packs: dict[str, dict[str, str]] | None = None,
 ) -> str:
-    """Freeze the matching records into a new running job (one commit); returns its id. Enqueue with `start_job`."""
+    """Record a new running job (one small commit); returns its id. `start_job` sets it going."""
     if (filters is None) == (import_id is None):
         raise ReauditError("give exactly one of a record filter or an import id")
     if not 1 <= chunk_size <= 10_000:
         raise ReauditError("chunk_size must be between 1 and 10000")
     with database.session(write=True) as session:
-        record_ids = _select_records(session, tenant_scope=tenant_scope, filters=filters, import_id=import_id)
+        if import_id is not None:
+            batch = session.get(ImportBatch, import_id) if plausible_id(import_id) else None
+            if batch is None or (tenant_scope is not None and batch.tenant != tenant_scope):
+                raise ReauditNotFound(f"no import {import_id!r}")
+        max_seq = session.execute(select(ChainHead.seq).where(ChainHead.id == RECORDS.number)).scalar() or 0
+        now = utcnow()
         job = ReauditJob(
             tenant=tenant, tenant_scope=tenant_scope, source="records" if filters is not None else "import",
             filters=filters.model_dump(mode="json", exclude_none=True) if filters is not None else None,
-            import_id=import_id, evaluator_version=evaluator_version, chunk_size=chunk_size,
-            status="running", total=len(record_ids), created_at=utcnow(), started_at=utcnow(),
+            import_id=import_id, evaluator_version=evaluator_version, chunk_size=chunk_size, status="running",
+            total=0, created_at=now, started_at=now, rule_packs=rule_packs or {}, max_seq=max_seq,
+            planned_through=0, tenants_covered=[],
         )
         session.add(job)
         session.flush()
-        for first in range(0, len(record_ids), _INSERT_BATCH):   # bounded statements for very large jobs
-            session.execute(insert(ReauditItem), [
-                {"job_id": job.id, "record_id": record_id, "chunk": index // chunk_size, "status": "pending"}
-                for index, record_id in enumerate(record_ids[first:first + _INSERT_BATCH], start=first)
-            ])
-        # Who may read the job's summary (it quotes claims and evidence) depends on whose records it covers.
-        job.tenants_covered = sorted(session.execute(
-            select(AuditRecord.tenant).join(ReauditItem, ReauditItem.record_id == AuditRecord.id)
-            .where(ReauditItem.job_id == job.id).distinct()).scalars())
-        if record_ids:
-            chunks = (len(record_ids) + chunk_size - 1) // chunk_size
-            session.execute(insert(ReauditChunk), [
-                {"job_id": job.id, "chunk": chunk, "enqueued_at": job.created_at, "deliveries": 1}
-                for chunk in range(chunks)
-            ])
-        else:   # nothing matched: an empty, finished job is still an answer worth keeping
-            job.status, job.finished_at = "done", utcnow()
-            job.summary = build_summary(session, job)
+        session.execute(insert(ReauditChunk), {"job_id": job.id, "chunk": PLAN_CHUNK, "enqueued_at": now,
+                                               "deliveries": 1})
         return job.id
 
 
-def _select_records(session: Session, *, tenant_scope: str | None, filters: ReauditFilter | None,
-                    import_id: str | None) -> list[str]:
-    if filters is not None:
-        query = filtered_query(filters.to_audit_filters(), tenant_scope=tenant_scope)
-        query = query.with_only_columns(AuditRecord.id).order_by(None).order_by(AuditRecord.seq)
-        return list(session.execute(query).scalars())
-    batch = session.get(ImportBatch, import_id) if plausible_id(import_id or "") else None
-    if batch is None or (tenant_scope is not None and batch.tenant != tenant_scope):
-        raise ReauditNotFound(f"no import {import_id!r}")
-    query = (select(ImportedOutput.record_id).where(ImportedOutput.import_id == import_id)
-             .order_by(ImportedOutput.line))
-    return list(session.execute(query).scalars())
-
-
 def start_job(database: Database, queue: TaskQueue, job_id: str) -> int:
-    """Enqueue every chunk of the job that still has pending items; returns how many were enqueued.
+    """Enqueue the job's planning while it still freezes records, and every chunk that has pending items;
+    returns how many messages were sent.
 
     A broker that is down is not an error here: the job is committed and `requeue_stalled` sends its
     chunks once the broker is back."""
     with database.session() as session:
-        chunks = _chunks_with_pending(session, job_id)
+        planned = session.execute(select(ReauditJob.planned_at).where(ReauditJob.id == job_id)).scalar() is not None
+        chunks = ([] if planned else [PLAN_CHUNK]) + _chunks_with_pending(session, job_id)
     sent = 0
     for chunk in chunks:
         try:
@@ -188,12 +169,7 @@ def job_view(database: Database, reader: Reader, job_id: str, *, action: str | N
                 log_access(log_session, reader, key=database.chain_key, action=action or "reaudit_show",
                            target=job_id[:64], result_count=0)
             raise ReauditNotFound(f"no re-audit job {job_id!r}")
-        view = {
-            "id": job.id, "status": job.status, "source": job.source, "filter": job.filters,
-            "import_id": job.import_id, "evaluator_version": job.evaluator_version, "created_at": job.created_at,
-            "started_at": job.started_at, "cancelled_at": job.cancelled_at, "finished_at": job.finished_at,
-            "progress": progress_of(session, job), "summary": job.summary,
-        }
+        view = _view(session, job)
     if action is not None or view["summary"] is not None:
         # A write transaction of its own: on SQLite, upgrading the read above to a writer could hit
         # SQLITE_BUSY while workers commit evaluations.
@@ -201,6 +177,42 @@ def job_view(database: Database, reader: Reader, job_id: str, *, action: str | N
             log_access(session, reader, key=database.chain_key, action=action or "reaudit_show", target=job_id, filters=view["filter"],
                        result_count=view["progress"]["total"])
     return view
+
+
+def _view(session: Session, job: ReauditJob, *, with_summary: bool = True) -> dict[str, Any]:
+    return {
+        "id": job.id, "status": job.status, "source": job.source, "filter": job.filters,
+        "import_id": job.import_id, "evaluator_version": job.evaluator_version, "rule_packs": job.rule_packs or {},
+        "max_seq": job.max_seq, "planning": job.planned_at is None and job.status != "done",
+        "created_at": job.created_at, "started_at": job.started_at, "cancelled_at": job.cancelled_at,
+        "finished_at": job.finished_at, "progress": progress_of(session, job),
+        "summary": job.summary if with_summary else None,
+    }
+
+
+def list_jobs(database: Database, reader: Reader, *, status: str | None = None, limit: int = 20,
+              before: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+    """Jobs the reader may see, newest first, without their summaries (`job_view` has those); the next
+    page starts after the last id shown. Logged as a read."""
+    with database.session(write=True) as session:
+        query = select(ReauditJob).order_by(ReauditJob.created_at.desc(), ReauditJob.id.desc())
+        if reader.tenant_scope is not None:
+            query = query.where(ReauditJob.tenant == reader.tenant_scope)
+        if status is not None:
+            query = query.where(ReauditJob.status == status)
+        if before is not None:
+            anchor = session.get(ReauditJob, before) if plausible_id(before) else None
+            if anchor is None:
+                raise ReauditNotFound(f"no re-audit job {before!r} to page after")
+            query = query.where(or_(ReauditJob.created_at < anchor.created_at,
+                                    and_(ReauditJob.created_at == anchor.created_at, ReauditJob.id < anchor.id)))
+        jobs = [job for job in session.execute(query.limit(limit * 4 + 1)).scalars()
+                if _visible(job, reader.tenant_scope)]
+        page = jobs[:limit]
+        views = [_view(session, job, with_summary=False) for job in page]
+        log_access(session, reader, key=database.chain_key, action="reaudit_list",
+                   filters={"status": status, "limit": limit}, result_count=len(views))
+        return views, page[-1].id if len(jobs) > limit else None
 
 
 # -- progress and recovery --------------------------------------------------------------------------
@@ -218,10 +230,16 @@ def progress_of(session: Session, job: ReauditJob, *, now: datetime | None = Non
         ReauditItem.job_id == job.id, ReauditItem.status != "pending", ReauditItem.finished_at >= window_start,
     )).scalar_one()
     elapsed = (now - window_start).total_seconds()
-    rate = recent / elapsed if elapsed > 0 and job.status == "running" else 0.0
+    if job.status == "running":
+        rate = recent / elapsed if elapsed > 0 else 0.0
+    else:   # a finished job: its whole run's rate, not the (empty) last window
+        processed = counts.get("done", 0) + counts.get("failed", 0)
+        ran_s = ((_aware(job.finished_at or job.cancelled_at or now)) - started).total_seconds()
+        rate = processed / ran_s if ran_s > 0 else 0.0
     return {
         "total": job.total, "done": counts.get("done", 0), "failed": counts.get("failed", 0), "pending": pending,
-        "rate_per_s": round(rate, 2), "eta_s": round(pending / rate, 1) if rate > 0 else None,
+        "rate_per_s": round(rate, 2), "eta_s": round(pending / rate, 1) if rate > 0 and pending else None,
+        "planning": job.planned_at is None and job.status != "done",
     }
 
 

@@ -19,16 +19,19 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
 from auditor.jobs.models import ReauditChunk, ReauditItem, ReauditJob
+from auditor.jobs.reaudit_plan import plan_job
 from auditor.jobs.reaudit_summary import build_summary
 from auditor.jobs.scoring import (
     CommitHook,
     Evaluator,
     Scored,
     ScoreRequest,
+    pinned,
     record_failure,
     score_batch,
     score_record,
 )
+from auditor.jobs.task_queue import TaskQueue
 from auditor.store.base import utcnow
 from auditor.store.database import Database
 from auditor.trail.models import Evaluation
@@ -36,6 +39,7 @@ from auditor.trail.models import Evaluation
 logger = logging.getLogger("auditor.jobs.reaudit")
 
 _CANCEL_CHECK_INTERVAL_S = 0.5
+PLAN_CHUNK = -1   # a job's planning runs as this chunk (see `auditor.jobs.reaudit_plan`)
 
 
 @dataclass(slots=True)
@@ -62,16 +66,22 @@ class RecordRetry:
 
 
 def run_chunk(database: Database, evaluator: Evaluator, *, job_id: str, chunk: int,
-              retry: RecordRetry | None = None, progress: ChunkProgress | None = None) -> ChunkProgress:
-    """Score the chunk's pending items, committing each batch with its evaluations; then finish the job if complete."""
+              retry: RecordRetry | None = None, progress: ChunkProgress | None = None,
+              queue: TaskQueue | None = None) -> ChunkProgress:
+    """Score the chunk's pending items under the job's pinned rule packs, committing each batch with its
+    evaluations; then finish the job if complete. Chunk -1 plans the job (enqueuing on `queue`)."""
     retry = retry or RecordRetry()
     progress = progress or ChunkProgress()
+    if chunk == PLAN_CHUNK:
+        plan_job(database, queue, job_id)
+        return progress
     with database.session(write=True) as session:
         job = session.get(ReauditJob, job_id)
         if job is None or job.status != "running":
             progress.cancelled = job is not None and job.status == "cancelled"
             return progress
         job_created = job.created_at
+        evaluator = pinned(evaluator, job.rule_packs)
         _heartbeat(session, job_id, chunk)
     with database.session() as session:
         items = session.execute(
@@ -146,7 +156,17 @@ def fail_record(database: Database, evaluator_version: str, *, job_id: str, reco
 
 
 def fail_pending_in_chunk(database: Database, evaluator_version: str, *, job_id: str, chunk: int, reason: str) -> int:
-    """Give up on a chunk that keeps failing: its pending items end as failed with the reason."""
+    """Give up on a chunk that keeps failing: its pending items end as failed with the reason. Planning that
+    keeps failing ends with what it froze so far (the summary says how far it got)."""
+    if chunk == PLAN_CHUNK:
+        with database.session(write=True) as session:
+            session.execute(update(ReauditJob).where(ReauditJob.id == job_id, ReauditJob.planned_at.is_(None))
+                            .values(planned_at=utcnow()))
+            session.execute(update(ReauditChunk).where(ReauditChunk.job_id == job_id, ReauditChunk.chunk == PLAN_CHUNK)
+                            .values(finished_at=utcnow()))
+        logger.error("re-audit %s: planning gave up: %s", job_id, reason)
+        finalize_if_complete(database, job_id)
+        return 0
     with database.session() as session:
         record_ids = list(session.execute(select(ReauditItem.record_id).where(
             ReauditItem.job_id == job_id, ReauditItem.chunk == chunk, ReauditItem.status == "pending")).scalars())
@@ -193,7 +213,7 @@ def finalize_if_complete(database: Database, job_id: str) -> bool:
     """Summarise and mark done a running job with nothing pending. Only one concurrent caller wins."""
     with database.session() as session:
         job = session.get(ReauditJob, job_id)
-        if job is None or job.status != "running" or _count(session, job_id, "pending") > 0:
+        if job is None or job.status != "running" or job.planned_at is None or _count(session, job_id, "pending") > 0:
             return False
         summary = build_summary(session, job)
     with database.session(write=True) as session:

@@ -7,7 +7,9 @@
 - claims whose verdict changed, with both evidences (claims matched by normalised text, and by kind
   when both sides name one);
 - records whose gate action would now differ: the output-gate action the record actually got versus
-  the action the new verdicts imply under the current rule pack.
+  the action the new verdicts imply under the job's rule pack. Imported outputs never passed the gate,
+  so they are counted apart (`no_gate`), never as "allow -> ...";
+- the rule packs the job pinned (version and hash per domain) and the packs its evaluations name.
 Lists are capped at `MAX_LISTED` entries; totals are exact.
 """
 
@@ -22,7 +24,9 @@ from sqlalchemy.orm import Session
 
 from auditor.jobs.models import ReauditItem, ReauditJob
 from auditor.jobs.scoring import GATE_ACTIONS
+from auditor.packs.registry import versions_by_hash
 from auditor.trail.models import AuditRecord, Evaluation
+from auditor.trail.verdicts import had_gate
 
 MAX_LISTED = 200
 FER_BINS = 10
@@ -38,6 +42,7 @@ def build_summary(session: Session, job: ReauditJob) -> dict[str, Any]:
     totals: Counter[str] = Counter()
     transitions: Counter[str] = Counter()
     versions: set[str] = set()
+    pack_hashes: set[str] = set()
     last_id = 0
     while True:
         items = session.execute(
@@ -50,10 +55,12 @@ def build_summary(session: Session, job: ReauditJob) -> dict[str, Any]:
         last_id = items[-1].id
         evaluation_ids = {i.evaluation_id for i in items} | {i.before_evaluation_id for i in items}
         evaluations = {row.id: row for row in session.execute(
-            select(Evaluation.id, Evaluation.claims, Evaluation.fer, Evaluation.evaluator_version)
+            select(Evaluation.id, Evaluation.claims, Evaluation.fer, Evaluation.evaluator_version,
+                   Evaluation.rule_pack_hash)
             .where(Evaluation.id.in_([e for e in evaluation_ids if e])))}
         records = {row.id: row for row in session.execute(
-            select(AuditRecord.id, AuditRecord.claims, AuditRecord.fer, AuditRecord.gate_decisions)
+            select(AuditRecord.id, AuditRecord.claims, AuditRecord.fer, AuditRecord.gate_decisions,
+                   AuditRecord.endpoint, AuditRecord.kind)
             .where(AuditRecord.id.in_([i.record_id for i in items])))}
         for item in items:
             totals[item.status] += 1
@@ -63,12 +70,17 @@ def build_summary(session: Session, job: ReauditJob) -> dict[str, Any]:
             before = evaluations.get(item.before_evaluation_id) if item.before_evaluation_id else None
             record = records[item.record_id]
             versions.add(after.evaluator_version)
+            if after.rule_pack_hash:
+                pack_hashes.add(after.rule_pack_hash)
             fer_before.append(before.fer if before else record.fer)
             fer_after.append(after.fer)
             for change in claim_verdict_changes(before.claims if before else record.claims, after.claims):
                 totals["verdict_changes"] += 1
                 if len(verdict_changes) < MAX_LISTED:
                     verdict_changes.append({"record_id": item.record_id, **change})
+            if not had_gate(record.endpoint, record.kind):
+                totals["no_gate"] += 1
+                continue
             recorded = recorded_output_action(record.gate_decisions)
             if item.gate_action_after is not None and item.gate_action_after != recorded:
                 totals["gate_changes"] += 1
@@ -80,12 +92,20 @@ def build_summary(session: Session, job: ReauditJob) -> dict[str, Any]:
         "records": {"total": job.total, "done": totals["done"], "failed": totals["failed"],
                     "pending": totals["pending"]},
         "evaluator_versions": sorted(versions),
+        "rule_packs": job.rule_packs or {},
+        "evaluation_rule_packs": _pack_versions(session, pack_hashes),
         "fer_before": fer_distribution(fer_before),
         "fer_after": fer_distribution(fer_after),
         "verdict_changes": {"total": totals["verdict_changes"], "listed": verdict_changes},
         "gate_action_changes": {"total": totals["gate_changes"], "by_transition": dict(transitions),
-                                "listed": gate_changes},
+                                "listed": gate_changes, "no_gate": totals["no_gate"]},
     }
+
+
+def _pack_versions(session: Session, hashes: set[str]) -> dict[str, str | None]:
+    """Each evaluation pack hash with its registered version (None for packs the registry does not know)."""
+    known = versions_by_hash(session.connection(), hashes)
+    return {pack_hash: known.get(pack_hash) for pack_hash in sorted(hashes)}
 
 
 def fer_distribution(values: list[float | None]) -> dict[str, Any]:

@@ -9,8 +9,9 @@ written in one transaction, so "evaluated" and "marked done" can never disagree.
 
 from __future__ import annotations
 
+import copy
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -18,12 +19,16 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from auditor.packs.registry import active_hashes
+from auditor.packs.source import PackSource, PinnedPacks, StorePacks
 from auditor.store.base import utcnow
 from auditor.store.database import Database
+from auditor.trail import verdicts
 from auditor.trail.models import AuditRecord, Evaluation
 from auditor.trail.records import seal_evaluations
 
 GATE_ACTIONS = ("allow", "annotate", "redact", "block", "refuse")
+_SEVERITIES = ("low", "medium", "high", "critical")
 
 
 class ScoringError(ValueError):
@@ -64,9 +69,11 @@ _WARM_UP_TEXTS = {
 
 
 class RulesEvaluator:
-    """The production evaluator: `rules.verify` (claims, verdicts, evidence, FER, RC, joint score)."""
+    """The production evaluator: `rules.verify` (claims, verdicts, evidence, FER, RC, joint score) under the
+    rule pack its `packs` source names (the store's active pack; a job's pinned pack). Without a source
+    (a bare library call) it uses the bundled packs."""
 
-    def __init__(self) -> None:
+    def __init__(self, packs: PackSource | None = None) -> None:
         try:
             from rules import EmptyTextError, UnknownDomainError, verify
             from rules.validators import EVALUATOR_VERSION
@@ -75,32 +82,58 @@ class RulesEvaluator:
         self._verify = verify
         self._unknown_domain, self._empty_text = UnknownDomainError, EmptyTextError
         self.version = EVALUATOR_VERSION
+        self.packs = packs
+
+    def use_packs(self, packs: PackSource) -> None:
+        self.packs = packs
+
+    def pinned(self, pins: Mapping[str, Mapping[str, str]]) -> RulesEvaluator:
+        """This evaluator judging with a job's pinned packs (a shallow copy; the loaded validators are shared)."""
+        if not pins or not isinstance(self.packs, StorePacks):
+            return self
+        clone = copy.copy(self)
+        clone.packs = PinnedPacks(self.packs, pins)
+        return clone
 
     def warm_up(self) -> None:
         """Load each domain's KG, pack and lazily imported registries now, not inside the first tasks."""
         for domain, text in _WARM_UP_TEXTS.items():
-            self._verify(text, domain)
+            self._verify(text, domain, pack=self._pack(domain))
+
+    def _pack(self, domain: str) -> Any:
+        return self.packs.pack_for(domain) if self.packs is not None else None
 
     def evaluate(self, *, text: str, domain: str | None, prompt: str | None) -> Scored:
         if not domain:
             raise ScoringError("the record names no domain, so no rule pack applies")
         try:
-            report = self._verify(text, domain, prompt=prompt)
+            report = self._verify(text, domain, prompt=prompt, pack=self._pack(domain))
         except (self._unknown_domain, self._empty_text) as exc:   # the record's fault: retrying cannot help
             raise ScoringError(str(exc)) from exc
         strongest = report.strongest_action()
         return Scored(
-            claims=[claim.model_dump(mode="json") for claim in report.claims],
-            fer=report.fer, citation_confidence=report.citation_confidence, joint_score=report.joint_score,
-            gate_action=strongest.on_fail if strongest else "allow",
+            claims=claims_with_gate(report), fer=report.fer, citation_confidence=report.citation_confidence,
+            joint_score=report.joint_score, gate_action=strongest.on_fail if strongest else "allow",
             kg_version=report.versions.kg, rule_pack_hash=report.versions.rule_pack,
         )
 
 
-def load_evaluator(spec: str = "rules") -> Evaluator:
-    """"rules" (the default), or "package.module:attribute" naming an Evaluator class, factory or instance."""
+def claims_with_gate(report: Any) -> list[dict[str, Any]]:
+    """The report's claims as stored, each contradicted claim annotated with the strongest rule it broke
+    (`gate`: rule id, severity, on_fail), so stored verdicts say what the pack asked the gate to do."""
+    claims = [claim.model_dump(mode="json") for claim in report.claims]
+    ranked = sorted(report.gate_actions, key=lambda a: (GATE_ACTIONS.index(a.on_fail), _SEVERITIES.index(a.severity)))
+    for action in ranked:   # strongest last: it wins
+        claims[action.claim_index]["gate"] = {"rule_id": action.rule_id, "severity": action.severity,
+                                              "on_fail": action.on_fail}
+    return claims
+
+
+def load_evaluator(spec: str = "rules", *, packs: PackSource | None = None) -> Evaluator:
+    """"rules" (the default), or "package.module:attribute" naming an Evaluator class, factory or instance.
+    `packs` is where the rules evaluator takes its packs from (ignored by other evaluators)."""
     if spec == "rules":
-        return RulesEvaluator()
+        return RulesEvaluator(packs)
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise EvaluatorUnavailable(f"evaluator {spec!r} is neither 'rules' nor 'module:attribute'")
@@ -111,6 +144,12 @@ def load_evaluator(spec: str = "rules") -> Evaluator:
     # A class or factory is called; an instance (anything with a bound `evaluate`) is used as is.
     is_instance = hasattr(target, "evaluate") and not isinstance(target, type)
     return target if is_instance else target()
+
+
+def pinned(evaluator: Evaluator, pins: Mapping[str, Mapping[str, str]] | None) -> Evaluator:
+    """The evaluator to run a job with: pinned to the job's packs when it judges with rule packs."""
+    pin = getattr(evaluator, "pinned", None)
+    return pin(pins) if pins and callable(pin) else evaluator
 
 
 # A hook runs inside the transaction that writes (or finds) the evaluation. `scored` is None when
@@ -188,12 +227,19 @@ def _insert(database: Database, request: ScoreRequest, evaluator_version: str, s
             seal_evaluations(session.connection(), [evaluation], database.chain_key)
             session.add(evaluation)
             session.flush()   # the unique index fires here, before any hook runs
+            _update_view(session, [evaluation])
             for hook in request.on_commit:
                 hook(session, evaluation, scored)
     except IntegrityError:
         # Another delivery of the same work committed first: theirs is the evaluation.
         return _acknowledge_existing(database, request, evaluator_version)
     return Outcome(evaluation.id, evaluation.status, True, scored, failure_reason)
+
+
+def _update_view(session: Session, evaluations: list[Evaluation]) -> None:
+    """Move the current-verdict view in the evaluations' own transaction."""
+    conn = session.connection()
+    verdicts.apply_evaluations(conn, evaluations, active_packs=active_hashes(conn))
 
 
 def _acknowledge_existing(database: Database, request: ScoreRequest, evaluator_version: str) -> Outcome:
@@ -267,6 +313,7 @@ def score_batch(
             seal_evaluations(session.connection(), [evaluation for _, evaluation, _ in ready], database.chain_key)
             session.add_all([evaluation for _, evaluation, _ in ready])
             session.flush()
+            _update_view(session, [evaluation for _, evaluation, _ in ready])
             for request, evaluation, scored in ready:
                 for hook in request.on_commit:
                     hook(session, evaluation, scored)

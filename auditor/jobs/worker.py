@@ -19,9 +19,11 @@ from celery import Celery, Task
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_init, worker_process_init, worker_ready, worker_shutdown
 
+from auditor.alerts.engine import AlertSchedule
 from auditor.jobs import reaudit, reaudit_chunks, scoring
 from auditor.jobs.outbox import acknowledge_hook, dispatch_once
 from auditor.jobs.settings import WorkerSettings, worker_settings
+from auditor.packs.source import store_packs
 from auditor.settings import get_settings
 from auditor.store.database import Database
 from auditor.trail.segments import recover_interrupted_streams
@@ -88,6 +90,13 @@ def resources() -> _Resources:
             _resources = _Resources(os.getpid(), _open_database(), evaluator)
         elif _resources.pid != os.getpid():
             _resources = _Resources(os.getpid(), _open_database(), _resources.evaluator)
+        else:
+            return _resources
+        # The evaluator judges with the store's active rule packs, refreshed every few seconds in every
+        # process (after a fork too: each child reads the store through its own engine).
+        use_packs = getattr(_resources.evaluator, "use_packs", None)
+        if callable(use_packs):
+            use_packs(store_packs(_resources.database, get_settings()))
         return _resources
 
 
@@ -140,7 +149,7 @@ def reaudit_chunk_task(self: Task, job_id: str, chunk: int) -> dict[str, Any]:
     retry = reaudit_chunks.RecordRetry(fatal=(SoftTimeLimitExceeded,))
     try:
         reaudit_chunks.run_chunk(res.database, res.evaluator, job_id=job_id, chunk=chunk, retry=retry,
-                                 progress=progress)
+                                 progress=progress, queue=CeleryTaskQueue())
     except SoftTimeLimitExceeded:
         # The record being scored ran the chunk out of time: fail it, go on with the rest.
         if progress.current_record_id is not None:
@@ -192,6 +201,7 @@ class Dispatcher:
     def __init__(self, database: Database, queue: Any, settings: WorkerSettings,
                  witness: WitnessPublisher | None = None) -> None:
         self.database, self.queue, self.settings, self.witness = database, queue, settings, witness
+        self.alerts = AlertSchedule.from_settings(get_settings())
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="auditor-dispatcher", daemon=True)
 
@@ -208,6 +218,7 @@ class Dispatcher:
         reaudit.requeue_stalled(self.database, self.queue, stall_after_s=self.settings.chunk_stall_after_s,
                                 queued_after_s=self.settings.chunk_queued_after_s)
         recover_interrupted_streams(self.database, idle_for_s=self.settings.stream_recovery_after_s)
+        self.alerts.run(self.database)
         if self.witness is not None:
             self.witness.publish_once()
 

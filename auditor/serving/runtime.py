@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from auditor.gate.gate import GateDecision, Verification
+from auditor.packs.source import PackSource
 from auditor.serving.knowledge import KgConstraint
 from engine.async_engine import AsyncLLMEngine
 from engine.loader import generation_eos_ids, load_model_config
@@ -17,7 +18,7 @@ from engine.tokenizer import Tokenizer
 from knowledge_graphs import KnowledgeGraph, load_kg
 from knowledge_graphs.decoding.constraint import DOMAIN_DEFAULTS, KGConstraintProcessor, allowed_entities
 from knowledge_graphs.linking import get_linker
-from rules import EmptyTextError, Report, load_pack
+from rules import EmptyTextError, Report, RulePack, load_pack
 from rules import verify as rules_verify
 
 logger = logging.getLogger("auditor")
@@ -68,27 +69,37 @@ class KgKnowledge:
 
 
 class RulesVerifier:
-    """The output gate's validators: the domain's rule pack via `rules.verify`, one sentence at a time."""
+    """The output gate's validators: the domain's rule pack via `rules.verify`, one sentence at a time.
 
-    def __init__(self, kgs: Mapping[str, KnowledgeGraph]) -> None:
+    With a pack source (`auditor.packs.source.StorePacks`) the pack is the store's active one, so a reload
+    reaches the gate within seconds; without one, the bundled packs."""
+
+    def __init__(self, kgs: Mapping[str, KnowledgeGraph], packs: PackSource | None = None) -> None:
         self.kgs = dict(kgs)
-        self.packs = {domain: load_pack(domain) for domain in self.kgs}
+        self.source = packs
+        self.bundled = {domain: load_pack(domain) for domain in self.kgs}
+
+    def pack(self, domain: str | None) -> RulePack | None:
+        if domain not in self.bundled:
+            return None
+        active = self.source.pack_for(domain) if self.source is not None else None
+        return active or self.bundled[domain]
 
     def warm_up(self) -> None:
         """Run each pack once so the first request does not pay for loading validators and registries."""
-        for domain in self.packs:
+        for domain in self.bundled:
             self.verify("Warm-up sentence.", domain=domain, prompt=None)
 
     def rule_pack_hash(self, domain: str | None) -> str | None:
-        pack = self.packs.get(domain or "")
+        pack = self.pack(domain)
         return pack.hash if pack is not None else None
 
     def verify(self, text: str, *, domain: str | None, prompt: str | None, intent: str | None = None) -> Verification:
-        if domain not in self.packs:
+        pack = self.pack(domain)
+        if pack is None or domain is None:
             return Verification()
         try:
-            report = rules_verify(text, domain, prompt=prompt, pack=self.packs[domain], intent=intent,
-                                  kg=self.kgs[domain])
+            report = rules_verify(text, domain, prompt=prompt, pack=pack, intent=intent, kg=self.kgs[domain])
         except EmptyTextError:
             return Verification()
         return _verification(text, report)

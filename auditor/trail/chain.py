@@ -140,6 +140,12 @@ def chain_entries(conn: Connection, ledger: Ledger, entries: list[dict[str, Any]
     return links
 
 
+def lock_ledger(conn: Connection, ledger: Ledger) -> Any:
+    """Take the ledger's head lock for the rest of the caller's transaction (writers that must decide on
+    state before they append, e.g. which rule pack is active, serialise on it)."""
+    return _locked_head(conn, ledger)
+
+
 def _locked_head(conn: Connection, ledger: Ledger) -> Any:
     query = select(ChainHead.seq, ChainHead.record_hash, ChainHead.last_checkpoint_seq).where(
         ChainHead.id == ledger.number).with_for_update()

@@ -148,6 +148,7 @@ class Evaluation(Base):
         # live, job-less scoring idempotent too.
         Index("uq_evaluations_live_record_version", "record_id", "evaluator_version", unique=True,
               sqlite_where=text("job_id IS NULL"), postgresql_where=text("job_id IS NULL")),
+        Index("ix_evaluations_rule_pack_hash", "rule_pack_hash"),
     )
 
 
@@ -208,17 +209,139 @@ class StreamSegment(Base):
 
 
 class LegalHold(Base):
-    """Exempts matching records from retention purges until released."""
+    """Exempts matching records from retention purges until released. Placing and releasing are chained
+    events (`auditor.trail.holds`); this row is their current state.
+
+    A hold names a matter (the legal case it serves) and one scope: listed records (`legal_hold_records`),
+    a record filter, or a whole tenant. Holds from before matters existed keep their tenant/domain/record
+    columns and read as matter "legacy-<id>"."""
 
     __tablename__ = "legal_holds"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    matter_id: Mapped[str | None] = mapped_column(String(128), index=True)
     tenant: Mapped[str | None] = mapped_column(String(128))
     domain: Mapped[str | None] = mapped_column(String(64))
     record_id: Mapped[str | None] = mapped_column(String(36))
+    scope: Mapped[dict[str, Any] | None]                        # {"records": n} | {"filter": {...}} | {"tenant": t}
     reason: Mapped[str] = mapped_column(Text)
+    placed_by: Mapped[dict[str, Any] | None]                    # key_id, tenant, role of whoever placed it
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     released_at: Mapped[datetime | None]
+    released_by: Mapped[dict[str, Any] | None]
+    release_reason: Mapped[str | None] = mapped_column(Text)
+
+
+class LegalHoldRecord(Base):
+    """The records a records-scoped hold names (one row each, so purges match them with an index)."""
+
+    __tablename__ = "legal_hold_records"
+
+    hold_id: Mapped[int] = mapped_column(ForeignKey("legal_holds.id"), primary_key=True)
+    record_id: Mapped[str] = mapped_column(String(36), primary_key=True, index=True)
+
+
+class TrailEvent(Base):
+    """What people and the service did to the trail besides reading it: reviews, legal holds placed and
+    released, rule packs activated, alerts fired, bundles issued. Hash-chained in its own ledger ("events"),
+    never updated (a purge drops `note` and keeps `note_sha256`, as for records)."""
+
+    __tablename__ = "trail_events"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    seq: Mapped[int] = mapped_column(BigInteger, unique=True)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    content_digest: Mapped[str] = mapped_column(String(64))
+    record_hash: Mapped[str] = mapped_column(String(64))
+    at: Mapped[datetime] = mapped_column(index=True)
+    kind: Mapped[str] = mapped_column(String(32), index=True)   # review | hold_placed | hold_released | ...
+    key_id: Mapped[str | None] = mapped_column(String(64))
+    tenant: Mapped[str] = mapped_column(String(128))
+    role: Mapped[str] = mapped_column(String(16))
+    record_id: Mapped[str | None] = mapped_column(String(36), index=True)
+    subject: Mapped[str | None] = mapped_column(String(128), index=True)   # hold id, matter, domain, rule id
+    payload: Mapped[dict[str, Any] | None]
+    note: Mapped[str | None] = mapped_column(Text)              # free text a person wrote (may quote records)
+    note_sha256: Mapped[str | None] = mapped_column(String(64))
+    purged_at: Mapped[datetime | None]
+
+
+class RecordVerdict(Base):
+    """The current-verdict view: one row per record, derived from the record and its evaluations, never part
+    of the chain (`auditor.trail.verdicts` writes it in the transactions that append records and evaluations,
+    and can rebuild it from the chained rows). Lists, filters, exports, trends and review queues read it.
+
+    The current verdicts are the record's latest evaluation under the active rule pack of its domain, else
+    its latest evaluation under any pack, else the verdicts the output gate recorded inline."""
+
+    __tablename__ = "record_verdicts"
+
+    # No foreign key: the view is derived state, rebuilt from the chain; it must never stand in the way of
+    # reading (or verifying) a store whose records someone tampered with.
+    record_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, unique=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    tenant: Mapped[str] = mapped_column(String(128))
+    domain: Mapped[str | None] = mapped_column(String(64))
+    intent: Mapped[str | None] = mapped_column(String(64))
+    model_id: Mapped[str | None] = mapped_column(String(256))
+    endpoint: Mapped[str | None] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16))
+    occurred_at: Mapped[datetime]                                # an import's own timestamp; else recorded_at
+    recorded_at: Mapped[datetime]
+    gate_action: Mapped[str | None] = mapped_column(String(16))  # what the gate did; None: never had a gate
+    source: Mapped[str] = mapped_column(String(16))              # evaluation | inline | none
+    evaluation_id: Mapped[str | None] = mapped_column(String(36))
+    evaluated_at: Mapped[datetime | None]
+    evaluator_version: Mapped[str | None] = mapped_column(String(64))
+    rule_pack_hash: Mapped[str | None] = mapped_column(String(64))
+    kg_version: Mapped[str | None] = mapped_column(String(64))
+    n_supported: Mapped[int] = mapped_column(Integer, default=0)
+    n_contradicted: Mapped[int] = mapped_column(Integer, default=0)
+    n_unverifiable: Mapped[int] = mapped_column(Integer, default=0)
+    fer: Mapped[float | None] = mapped_column(Float)
+    citation_confidence: Mapped[float | None] = mapped_column(Float)
+    joint_score: Mapped[float | None] = mapped_column(Float)
+    implied_action: Mapped[str | None] = mapped_column(String(16))   # what the verdicts ask the gate to do
+    max_severity: Mapped[str | None] = mapped_column(String(16))     # of the rules contradicted claims broke
+    min_confidence: Mapped[float | None] = mapped_column(Float)
+    rule_ids: Mapped[str | None] = mapped_column(Text)               # " id1 id2 ": gate decisions + claims
+    search_text: Mapped[str | None] = mapped_column(Text)            # casefolded claim texts (purged with them)
+    reviewed_ref: Mapped[str | None] = mapped_column(String(36))     # the verdict set last reviewed
+    disputed: Mapped[int] = mapped_column(Integer, default=0)        # claims disputed in that review
+
+    __table_args__ = (
+        Index("ix_record_verdicts_occurred", "occurred_at", "seq"),
+        Index("ix_record_verdicts_domain_occurred", "domain", "occurred_at", "seq"),
+        Index("ix_record_verdicts_tenant_occurred", "tenant", "occurred_at", "seq"),
+        # PostgreSQL only (pg_trgm, revision 0004): the free-text filter as an index lookup.
+        Index("ix_record_verdicts_search", "search_text", postgresql_using="gin",
+              postgresql_ops={"search_text": "public.gin_trgm_ops"}).ddl_if(dialect="postgresql"),
+    )
+
+
+class AccessRead(Base):
+    """Which records each access-log entry showed, one row each: "who read record X" is an index lookup.
+    Derived from the chained entry's `record_ids` (or its `target` for a single-record read)."""
+
+    __tablename__ = "access_reads"
+
+    access_id: Mapped[int] = mapped_column(Integer, primary_key=True)   # no FK: derived, like the view
+    record_id: Mapped[str] = mapped_column(String(36), primary_key=True, index=True)
+
+
+class ChainVerification(Base):
+    """Where the last successful verification of each ledger ended: the signed checkpoint an incremental
+    verify starts from. Signed (HMAC), so someone without the key cannot move it forward past a forgery."""
+
+    __tablename__ = "chain_verifications"
+
+    ledger: Mapped[int] = mapped_column(Integer, primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    record_hash: Mapped[str] = mapped_column(String(64))
+    verified_at: Mapped[datetime]
+    mode: Mapped[str] = mapped_column(String(16))          # full | incremental
+    signature: Mapped[str] = mapped_column(String(64))
 
 
 class Purge(Base):

@@ -1,25 +1,29 @@
 """Reading the trail on someone's behalf: list, show, export, verify. Each read is checked against the
-reader's tenant and written to the access log in the same transaction, whoever calls it (API, CLI)."""
+reader's tenant and written to the access log in the same transaction, whoever calls it (API, CLI), with
+the ids of the records it showed."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
 
+from auditor.store.base import new_id
 from auditor.store.database import Database
 from auditor.trail.access_log import Reader, log_access, log_denied
 from auditor.trail.chain import ChainReport
 from auditor.trail.export import export_lines
-from auditor.trail.ledgers import verify_trail
 from auditor.trail.queries import (
     decode_cursor,
     evaluations_for,
     get_record,
+    get_shown,
     iter_records,
     list_records,
+    record_views,
 )
-from auditor.trail.schemas import AuditFilters, AuditRecordOut, EvaluationOut, ExportFilters
-from auditor.trail.witness import Witness, check_against_witness
+from auditor.trail.schemas import AuditFilters, AuditRecordOut, EvaluationOut, ExportFilters, RecordFilter
+from auditor.trail.verification import VerifyMode, verify_store
+from auditor.trail.witness import Witness
 
 
 class TenantNotAllowed(PermissionError):
@@ -30,68 +34,86 @@ class RecordNotFound(LookupError):
     """No such record, or one owned by another tenant (the two look alike on purpose)."""
 
 
-def _check_tenant_filter(database: Database, reader: Reader, filters: AuditFilters, action: str) -> None:
+def check_tenant_filter(database: Database, reader: Reader, filters: RecordFilter, action: str) -> None:
     if filters.tenant is not None and reader.tenant_scope is not None and filters.tenant != reader.tenant_scope:
         reason = "only admins may read other tenants' records"
         log_denied(database, reader, target=f"{action}:tenant={filters.tenant}", reason=reason)
         raise TenantNotAllowed(reason)
 
 
-def _logged_filters(filters: AuditFilters) -> dict[str, Any]:
+def logged_filters(filters: RecordFilter) -> dict[str, Any]:
     return filters.model_dump(mode="json", exclude_none=True)
 
 
 def list_page(database: Database, reader: Reader, filters: AuditFilters) -> tuple[list[AuditRecordOut], str | None]:
-    """One page of matching records (newest first) and the next page's cursor."""
-    _check_tenant_filter(database, reader, filters, "list")
+    """One page of matching records (newest first) with their current verdicts, and the next page's cursor."""
+    check_tenant_filter(database, reader, filters, "list")
     with database.session(write=True) as session:
         rows, cursor = list_records(session, filters, tenant_scope=reader.tenant_scope)
-        log_access(session, reader, key=database.chain_key, action="list", filters=_logged_filters(filters),
-                   result_count=len(rows), record_ids=[row.id for row in rows])
-        return [AuditRecordOut.model_validate(row) for row in rows], cursor
+        log_access(session, reader, key=database.chain_key, action="list", filters=logged_filters(filters),
+                   result_count=len(rows), record_ids=[row.record.id for row in rows])
+        return record_views(session.connection(), rows), cursor
 
 
 def show_record(database: Database, reader: Reader, record_id: str) -> AuditRecordOut:
-    """One record with its evaluations; a failed read is logged too."""
+    """One record with its current verdicts, every evaluation (with the pack version each used), its reviews
+    and the legal holds that keep it; a failed read is logged too."""
+    from auditor.trail.holds import holds_covering
+    from auditor.trail.reviews import reviews_of
+
     with database.session(write=True) as session:
-        row = get_record(session, record_id, tenant_scope=reader.tenant_scope)
+        shown = get_shown(session, record_id, tenant_scope=reader.tenant_scope)
         log_access(session, reader, key=database.chain_key, action="show", target=record_id[:64],
-                   result_count=0 if row is None else 1)
-        if row is not None:
-            evaluations = [EvaluationOut.model_validate(e) for e in evaluations_for(session, record_id)]
-            return AuditRecordOut.model_validate(row).model_copy(update={"evaluations": evaluations})
+                   result_count=0 if shown is None else 1, record_ids=[shown.record.id] if shown else None)
+        if shown is not None:
+            conn = session.connection()
+            (out,) = record_views(conn, [shown])
+            evaluations = evaluation_views(conn, evaluations_for(session, record_id))
+            return out.model_copy(update={"evaluations": evaluations, "reviews": reviews_of(conn, record_id),
+                                          "holds": holds_covering(conn, record_id)})
     # Raised outside the session block so the failed read's log entry is committed.
     raise RecordNotFound(f"no audit record {record_id!r}")
 
 
+def evaluation_views(conn: Any, evaluations: Any) -> list[EvaluationOut]:
+    from auditor.packs.registry import versions_by_hash
+
+    versions = versions_by_hash(conn, {e.rule_pack_hash for e in evaluations if e.rule_pack_hash})
+    return [EvaluationOut.model_validate(e).model_copy(update={"rule_pack_version": versions.get(e.rule_pack_hash)})
+            for e in evaluations]
+
+
 def export(database: Database, reader: Reader, filters: ExportFilters) -> Iterator[str]:
-    """Check and log the export now (an export is a read even if cut short), then stream its lines lazily."""
-    _check_tenant_filter(database, reader, filters, "export")
+    """Check and log the export now (an export is a read even if cut short), then stream its lines lazily.
+    Each page is logged with the ids it holds before its lines are yielded, so no exported record goes
+    unlogged however early the reader stops."""
+    check_tenant_filter(database, reader, filters, "export")
     if filters.cursor is not None:
         decode_cursor(filters.cursor)   # a bad cursor fails before the first byte
+    export_id = new_id()
+    logged = logged_filters(filters)
     with database.session(write=True) as session:
-        log_access(session, reader, key=database.chain_key, action="export", filters=_logged_filters(filters))
+        log_access(session, reader, key=database.chain_key, action="export", target=export_id, filters=logged)
 
-    def lines() -> Iterator[str]:
-        with database.session() as session:   # keyset pages, one line at a time
-            rows = iter_records(session, filters, tenant_scope=reader.tenant_scope, batch_size=filters.limit)
-            yield from export_lines(rows, filters.format)
+    def pages() -> Iterator[list[AuditRecordOut]]:
+        with database.session() as session:   # keyset pages
+            for rows in iter_records(session, filters, tenant_scope=reader.tenant_scope, batch_size=filters.limit):
+                with database.session(write=True) as log_session:
+                    log_access(log_session, reader, key=database.chain_key, action="export", target=export_id,
+                               result_count=len(rows), record_ids=[row.record.id for row in rows])
+                yield record_views(session.connection(), rows)
 
-    return lines()
+    return export_lines(pages(), filters.format)
 
 
-def verify(database: Database, reader: Reader, *, hmac_key: bytes, witness: Witness | None = None) -> ChainReport:
+def verify(database: Database, reader: Reader, *, hmac_key: bytes, witness: Witness | None = None,
+           mode: VerifyMode = "full") -> ChainReport:
     """Verify every ledger in one snapshot (and, given a witness, that the store still holds what the witness
-    saw), and log that the reader did."""
-    with database.snapshot() as conn:
-        report = verify_trail(conn, hmac_key)
-        if witness is not None:
-            problem, read = check_against_witness(conn, witness, hmac_key)
-            report.extra["witness_entries"] = read
-            if problem is not None:
-                report.ok, report.problem = False, report.problem or problem
+    saw), and log that the reader did. `incremental` starts each ledger at its last verified checkpoint."""
+    report = verify_store(database, hmac_key=hmac_key, witness=witness, mode=mode)
     with database.session(write=True) as session:
-        log_access(session, reader, key=database.chain_key, action="verify", result_count=report.records_checked)
+        log_access(session, reader, key=database.chain_key, action="verify", result_count=report.records_checked,
+                   filters={"mode": mode})
     return report
 
 

@@ -1,19 +1,25 @@
 """Append to the audit trail. Plain typed functions; the inference path, imports and retention call them.
 
-Appends are one transaction: the record, its outbox row, the chain head and (every N records) a
-signed checkpoint commit together or not at all. Writers serialise on the chain head (a row lock
-on PostgreSQL, BEGIN IMMEDIATE on SQLite), so seqs are gap-free across processes.
+Appends are one transaction: the record, its outbox row, its row in the current-verdict view, the chain
+head and (every N records) a signed checkpoint commit together or not at all. Writers serialise on the
+chain head (a row lock on PostgreSQL, BEGIN IMMEDIATE on SQLite), so seqs are gap-free across processes.
+Batches (`append_batch`: imports, bulk loads) chain many records under one head lock and, on PostgreSQL,
+write them with COPY.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert
+from sqlalchemy import Connection
 
 from auditor.store.base import new_id, utcnow
+from auditor.store.bulk import bulk_insert
 from auditor.store.database import ChainKey, Database
+from auditor.trail import verdicts
 from auditor.trail.chain import chain_entries
 from auditor.trail.ledgers import EVALUATIONS, RECORDS
 from auditor.trail.models import AuditRecord, Evaluation, OutboxMessage
@@ -79,16 +85,30 @@ def append_record(database: Database, record: NewRecord) -> AppendedRecord:
 
 def append_in_transaction(conn: Connection, record: NewRecord, *, key: ChainKey) -> AppendedRecord:
     """Append inside the caller's write transaction (opened with `Database.write_connection`)."""
-    values = _row_values(record)
-    values["created_at"] = utcnow()
-    (link,) = chain_entries(conn, RECORDS, [values], hmac_key=key.hmac_key, checkpoint_interval=key.checkpoint_interval)
-    conn.execute(insert(AuditRecord), values)
-    if record.kind == "record" and record.status == "completed":
-        conn.execute(insert(OutboxMessage), {
-            "record_id": record.id, "topic": SCORING_TOPIC, "payload": {"record_id": record.id},
-            "created_at": values["created_at"], "attempts": 0,
-        })
-    return AppendedRecord(record.id, link.seq, link.record_hash)
+    (appended,) = append_batch(conn, [record], key=key)
+    return appended
+
+
+def append_batch(conn: Connection, records: Sequence[NewRecord], *, key: ChainKey,
+                 now: datetime | None = None) -> list[AppendedRecord]:
+    """Chain and write records in the caller's write transaction, in order, under one head lock.
+
+    `now` stamps `created_at` (default: the current time, one stamp per batch). Only bulk loaders that
+    replay a trail's history pass it, in increasing order; the service never does."""
+    stamp = now or utcnow()
+    rows = []
+    for record in records:
+        values = _row_values(record)
+        values["created_at"] = stamp
+        rows.append(values)
+    links = chain_entries(conn, RECORDS, rows, hmac_key=key.hmac_key, checkpoint_interval=key.checkpoint_interval)
+    bulk_insert(conn, AuditRecord.__table__, rows)
+    outbox = [{"record_id": r.id, "topic": SCORING_TOPIC, "payload": {"record_id": r.id}, "created_at": stamp,
+               "attempts": 0} for r in records if r.kind == "record" and r.status == "completed"]
+    if outbox:
+        bulk_insert(conn, OutboxMessage.__table__, outbox)
+    verdicts.add_records(conn, rows)
+    return [AppendedRecord(r.id, link.seq, link.record_hash) for r, link in zip(records, links, strict=True)]
 
 
 def _row_values(record: NewRecord) -> dict[str, Any]:

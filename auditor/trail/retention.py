@@ -1,4 +1,5 @@
-"""Retention: purge the content of expired records, except under legal hold, leaving hashed tombstones.
+"""Retention: purge the content of expired records, except under legal hold (`auditor.trail.holds`), leaving
+hashed tombstones.
 
 A purge drops the sensitive text (prompt, outputs, claims) and stamps `purged_at`; the record's digests
 stay, so the chain still verifies. The purge itself is appended to the chain as a `kind="purge"`
@@ -7,23 +8,22 @@ record naming every purged id (verify-chain flags content removed without one), 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import and_, insert, not_, null, or_, select, update
-from sqlalchemy.orm import Session
 
 from auditor.settings import Settings
 from auditor.store.base import utcnow
 from auditor.store.database import Database
-from auditor.trail.models import AuditRecord, Evaluation, LegalHold, Purge
+from auditor.trail import verdicts
+from auditor.trail.holds import held_by
+from auditor.trail.models import AuditRecord, Evaluation, Purge, TrailEvent
 from auditor.trail.records import NewRecord, append_in_transaction
 
 
 class RetentionError(ValueError):
-    """A hold or purge request that cannot be applied."""
+    """A purge request that cannot be applied."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,26 +31,7 @@ class PurgeResult:
     purge_record_id: str | None      # None on a dry run or when nothing expired
     purged_ids: list[str]
     held_ids: list[str]
-
-
-def place_hold(session: Session, *, reason: str, tenant: str | None = None, domain: str | None = None,
-               record_id: str | None = None) -> LegalHold:
-    if not (tenant or domain or record_id):
-        raise RetentionError("a legal hold needs a tenant, a domain or a record id")
-    if not reason.strip():
-        raise RetentionError("a legal hold needs a reason")
-    hold = LegalHold(tenant=tenant, domain=domain, record_id=record_id, reason=reason)
-    session.add(hold)
-    session.flush()
-    return hold
-
-
-def release_hold(session: Session, hold_id: int) -> LegalHold:
-    hold = session.get(LegalHold, hold_id)
-    if hold is None:
-        raise RetentionError(f"no legal hold with id {hold_id}")
-    hold.released_at = hold.released_at or utcnow()
-    return hold
+    holds: dict[str, list[int]] = field(default_factory=dict)   # held record id -> the holds that keep it
 
 
 def _expired_condition(settings: Settings, now: datetime):  # noqa: ANN202 - a SQLAlchemy clause
@@ -63,14 +44,6 @@ def _expired_condition(settings: Settings, now: datetime):  # noqa: ANN202 - a S
     return or_(*clauses) if clauses else None
 
 
-def _held(row: Any, holds: Sequence[Any]) -> bool:
-    return any(
-        (h.tenant is None or h.tenant == row.tenant) and (h.domain is None or h.domain == row.domain)
-        and (h.record_id is None or h.record_id == row.id)
-        for h in holds
-    )
-
-
 def purge_expired(database: Database, settings: Settings, *, now: datetime | None = None,
                   dry_run: bool = False) -> PurgeResult:
     now = now or utcnow()
@@ -78,14 +51,13 @@ def purge_expired(database: Database, settings: Settings, *, now: datetime | Non
     if expired is None:
         return PurgeResult(None, [], [])
     with database.write_connection() as conn:
-        hold_rows = conn.execute(select(LegalHold.__table__).where(LegalHold.released_at.is_(None))).all()
-        query = select(AuditRecord.id, AuditRecord.tenant, AuditRecord.domain).where(
-            AuditRecord.kind == "record", AuditRecord.purged_at.is_(None), expired)
-        candidates = conn.execute(query).all()
-        held = [row.id for row in candidates if _held(row, hold_rows)]
-        purge = [row.id for row in candidates if row.id not in set(held)]
+        query = select(AuditRecord.id).where(AuditRecord.kind == "record", AuditRecord.purged_at.is_(None), expired)
+        candidates = list(conn.execute(query.order_by(AuditRecord.seq)).scalars())
+        holds = held_by(conn, candidates)
+        held = [rid for rid in candidates if rid in holds]
+        purge = [rid for rid in candidates if rid not in holds]
         if dry_run or not purge:
-            return PurgeResult(None, purge, held)
+            return PurgeResult(None, purge, held, holds)
         policy = {"retention_days": settings.retention_days, "default_retention_days": settings.default_retention_days,
                   "as_of": now.isoformat()}
         marker = append_in_transaction(
@@ -100,6 +72,10 @@ def purge_expired(database: Database, settings: Settings, *, now: datetime | Non
                 prompt=null(), output=null(), delivered_output=null(), claims=null(), purged_at=now))
             # Evaluations quote the output's sentences in their claims: the same tombstone rule covers them.
             conn.execute(update(Evaluation).where(Evaluation.record_id.in_(batch)).values(claims=null(), purged_at=now))
+            # Review notes may quote the record, and the view keeps claim text for search: both go too.
+            conn.execute(update(TrailEvent).where(TrailEvent.record_id.in_(batch), TrailEvent.note.is_not(None))
+                         .values(note=null(), purged_at=now))
+        verdicts.forget_text(conn, purge)
         conn.execute(insert(Purge), {"at": now, "purge_record_id": marker.id, "records_purged": len(purge),
                                      "records_held": len(held), "policy": policy})
-    return PurgeResult(marker.id, purge, held)
+    return PurgeResult(marker.id, purge, held, holds)

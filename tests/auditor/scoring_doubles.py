@@ -54,6 +54,16 @@ class MarkerEvaluator:
                       kg_version="kg-test", rule_pack_hash=f"pack-{self.version}")
 
 
+class Unscored:
+    """An evaluator that scores nothing (every record fails with a reason): keeps live scoring from moving
+    a test's current verdicts away from the gate's inline ones."""
+
+    version = "unscored/1"
+
+    def evaluate(self, *, text: str, domain: str | None, prompt: str | None) -> Scored:
+        raise ScoringError("this test keeps the gate's inline verdicts")
+
+
 def append_output(database: Any, output: str | None, *, domain: str | None = "finance", tenant: str = "acme",
                   claims: list[dict[str, Any]] | None = None, gate_decisions: list[dict[str, Any]] | None = None,
                   content_mode: str = "raw", fer: float | None = None) -> str:

@@ -75,6 +75,7 @@ def test_finding_13_request_preparation_runs_off_the_event_loop_under_the_engine
 
 def test_finding_14_the_sweeper_publishes_with_no_write_transaction_open(app_on, sql, sqlite_store: str) -> None:
     from auditor.jobs.reaudit import requeue_stalled
+    from auditor.jobs.reaudit_plan import plan_job
 
     client = app_on(sqlite_store)
     chat(client, 3)
@@ -90,6 +91,7 @@ def test_finding_14_the_sweeper_publishes_with_no_write_transaction_open(app_on,
 
     services.task_queue = HoldingQueue()
     job = client.post("/v1/reaudits", json={"filter": {}, "chunk_size": 1}).json()
+    plan_job(services.database, None, job["id"])   # freeze its records (the held queue kept the planning task)
     with sql(sqlite_store).begin() as conn:   # every chunk looks lost: enqueued long ago, never started
         conn.execute(text("UPDATE reaudit_chunks SET enqueued_at = '2000-01-01 00:00:00.000000', heartbeat_at = NULL"))
     path = sqlite_store.removeprefix("sqlite:///")
@@ -109,7 +111,7 @@ def test_finding_14_the_sweeper_publishes_with_no_write_transaction_open(app_on,
 
     assert requeue_stalled(services.database, ProbingQueue(), queued_after_s=60) == 3
     assert lock_free == [True, True, True]
-    assert job["progress"]["total"] == 3
+    assert client.get(f"/v1/reaudits/{job['id']}").json()["progress"]["total"] == 3
 
 
 def test_finding_15_the_medical_validators_cache_is_bounded() -> None:

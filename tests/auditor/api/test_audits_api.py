@@ -20,6 +20,13 @@ def app_database_url(database_url: str) -> str:
     return database_url
 
 
+@pytest.fixture(autouse=True)
+def _inline_verdicts_stay_current(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Live scoring would replace the gate's inline verdicts with an evaluation's, at a moment the test does
+    not control; these tests are about the gate's verdicts, so scoring records a failure instead."""
+    monkeypatch.setenv("AUDITOR_WORKER_EVALUATOR", "tests.auditor.scoring_doubles:Unscored")
+
+
 def _chat(client: TestClient, content: str, **headers: str) -> str:
     response = client.post("/v1/chat/completions", headers=headers,
                            json={"model": "auditor-medical", "messages": [{"role": "user", "content": content}]})
@@ -99,9 +106,11 @@ def test_every_read_is_logged(app_factory) -> None:
     client.get("/v1/audits/verify")
     with client.app.state.services.database.engine.connect() as conn:
         rows = conn.execute(select(AccessLogEntry.__table__).order_by(AccessLogEntry.id)).all()
-    assert [r.action for r in rows] == ["list", "show", "show", "export", "verify"]
+    assert [r.action for r in rows] == ["list", "show", "show", "export", "export", "verify"]
     assert rows[0].filters["intent"] == "medical-diagnosis" and rows[0].result_count == 2
-    assert rows[1].target == ids[0] and rows[2].result_count == 0
+    assert sorted(rows[0].record_ids) == sorted([ids[1], ids[3]])          # the ids a list showed
+    assert rows[1].target == ids[0] and rows[1].record_ids == [ids[0]] and rows[2].result_count == 0
+    assert rows[3].record_ids is None and sorted(rows[4].record_ids) == sorted(ids)   # export: opening, then pages
 
 
 def test_verify_endpoint_names_tampering(app_factory) -> None:

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from auditor.app import create_app
 from auditor.store.database import Database
-from auditor.store.schema import metadata
+from auditor.store.schema import include_object_for, metadata
 from tests.auditor.conftest import FakeEngine, make_settings
 
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
@@ -70,7 +70,8 @@ def test_serve_binds_loopback_without_keys(monkeypatch: pytest.MonkeyPatch, tmp_
 
 def test_migrations_match_the_models(database: Database) -> None:
     with database.engine.connect() as conn:
-        diffs = compare_metadata(MigrationContext.configure(conn), metadata)
+        context = MigrationContext.configure(conn, opts={"include_object": include_object_for(conn.dialect.name)})
+        diffs = compare_metadata(context, metadata)
     assert diffs == []
 
 

@@ -52,8 +52,11 @@ def test_audits_list_show_export(cli_env: Database, tmp_path: Path, capsys: pyte
     capsys.readouterr()
     assert main(["audits", "list", "--json"]) == 0
     assert [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()] == ids[::-1]
-    assert main(["audits", "show", ids[0]]) == 0
+    assert main(["audits", "show", ids[0], "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["prompt"] == "p0"
+    assert main(["audits", "show", ids[0]]) == 0
+    shown = capsys.readouterr().out
+    assert f"record {ids[0]} (seq 1, record)" in shown and "prompt: p0" in shown and "evaluations:" in shown
     assert main(["audits", "show", "missing"]) == 2
     out = tmp_path / "trail.csv"
     assert main(["audits", "export", "--format", "csv", "--output", str(out)]) == 0
@@ -61,7 +64,11 @@ def test_audits_list_show_export(cli_env: Database, tmp_path: Path, capsys: pyte
     assert main(["audits", "list", "--fer-min", "7"]) == 2
     assert "--fer-min" in capsys.readouterr().err
     with cli_env.engine.connect() as conn:
-        assert conn.execute(text("SELECT count(*) FROM access_log")).scalar() == 4
+        actions = [row[0] for row in conn.execute(text("SELECT action FROM access_log ORDER BY id"))]
+        exported = conn.execute(text("SELECT record_ids FROM access_log WHERE action = 'export' AND record_ids IS NOT NULL")).scalar()
+    # list, three shows (the missing one too), the export's opening entry and its one page with the ids it held
+    assert actions == ["list", "show", "show", "show", "export", "export"]
+    assert sorted(json.loads(exported)) == sorted(ids)
 
 
 def test_verify_chain_exit_status(cli_env: Database, capsys: pytest.CaptureFixture[str]) -> None:
@@ -78,11 +85,13 @@ def test_verify_chain_exit_status(cli_env: Database, capsys: pytest.CaptureFixtu
 def test_purge_and_hold(cli_env: Database, capsys: pytest.CaptureFixture[str]) -> None:
     main(["db", "upgrade"])
     ids = _records(cli_env, 2)
-    assert main(["audit", "hold", "--reason", "   "]) == 2
-    assert main(["audit", "hold", "--record", ids[0], "--reason", "subpoena"]) == 0
+    assert main(["audit", "hold", "--matter", "M-1", "--record", ids[0], "--reason", "   "]) == 2
+    assert main(["audit", "hold", "--matter", "M-1", "--record", ids[0], "--reason", "subpoena"]) == 0
     capsys.readouterr()
     assert main(["audit", "purge", "--dry-run"]) == 0
-    assert "would purge 1 record(s); 1 under legal hold" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "would purge 1 record(s); 1 under legal hold" in out
+    assert f"{ids[1]}  purge" in out and f"{ids[0]}  held" in out   # the ids, not only counts
     assert main(["audit", "purge"]) == 0
     assert main(["audit", "verify-chain"]) == 0
 

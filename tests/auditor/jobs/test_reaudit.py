@@ -9,6 +9,7 @@ from sqlalchemy import func, select
 from auditor.jobs import reaudit, reaudit_chunks, scoring
 from auditor.jobs.inprocess import InProcessTaskQueue
 from auditor.jobs.models import ReauditItem
+from auditor.jobs.reaudit_plan import plan_job
 from auditor.trail.ledgers import verify_trail
 from auditor.trail.models import AuditRecord, Evaluation
 from tests.auditor.conftest import TEST_CHAIN_KEY
@@ -87,6 +88,7 @@ def test_cancelled_job_stops_and_resume_finishes_each_record_once(database) -> N
     queue = _queue(database)
     job_id = reaudit.create_job(database, tenant="acme", tenant_scope=None, evaluator_version="marker/2",
                                 filters=reaudit.ReauditFilter(), chunk_size=2)
+    plan_job(database, None, job_id)   # freeze the records now (normally a background task)
     reaudit.cancel_job(database, job_id, tenant_scope=None)
     reaudit.start_job(database, queue, job_id)   # workers pick the chunks up but must not score
     queue.wait_idle()
@@ -119,6 +121,7 @@ def test_chunk_killed_mid_run_is_requeued_and_finished_exactly_once(database) ->
     records = [append_output(database, f"Statement {i}.") for i in range(5)]
     job_id = reaudit.create_job(database, tenant="acme", tenant_scope=None, evaluator_version="marker/2",
                                 filters=reaudit.ReauditFilter(), chunk_size=10)
+    plan_job(database, None, job_id)
     with pytest.raises(SystemExit):
         reaudit_chunks.run_chunk(database, DiesAfter(survive=3), job_id=job_id, chunk=0,
                                  retry=reaudit_chunks.RecordRetry(max_batch=1))   # one commit per record
@@ -138,6 +141,7 @@ def test_batched_commits_lose_only_the_uncommitted_batch_when_killed(database) -
     records = [append_output(database, f"Statement {i}.") for i in range(8)]
     job_id = reaudit.create_job(database, tenant="acme", tenant_scope=None, evaluator_version="marker/2",
                                 filters=reaudit.ReauditFilter(), chunk_size=10)
+    plan_job(database, None, job_id)
     with pytest.raises(SystemExit):   # batches of 1 (first), then 4: killed inside the second batch
         reaudit_chunks.run_chunk(database, DiesAfter(survive=3), job_id=job_id, chunk=0,
                                  retry=reaudit_chunks.RecordRetry(max_batch=4, commit_every_s=10))
@@ -168,6 +172,7 @@ def test_filter_rejects_unknown_fields_and_empty_selection_finishes_at_once(data
         reaudit.ReauditFilter.model_validate({"colour": "red"})
     job_id = reaudit.create_job(database, tenant="acme", tenant_scope=None, evaluator_version="marker/2",
                                 filters=reaudit.ReauditFilter(domain="medical"))
+    plan_job(database, None, job_id)
     job, progress = _job(database, job_id)
     assert job.status == "done" and progress["total"] == 0 and job.summary["fer_after"]["scored"] == 0
     with pytest.raises(reaudit.ReauditError):

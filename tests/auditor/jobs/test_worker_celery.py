@@ -26,6 +26,7 @@ from sqlalchemy import func, select, update
 
 from auditor.jobs import outbox, reaudit
 from auditor.jobs.models import OutboxInflight, ReauditChunk
+from auditor.jobs.reaudit_plan import plan_job
 from auditor.jobs.settings import WorkerSettings
 from auditor.jobs.worker import CeleryTaskQueue, configure
 from auditor.store.base import utcnow
@@ -147,6 +148,7 @@ def test_sigkilled_worker_mid_job_and_a_new_worker_evaluates_every_record_exactl
         session.execute(update(OutboxMessage).values(dispatched_at=utcnow()))
     job_id = reaudit.create_job(database, tenant="acme", tenant_scope=None, evaluator_version="marker/1",
                                 filters=reaudit.ReauditFilter(), chunk_size=10)
+    plan_job(database, None, job_id)   # freeze its 40 records now, so the four chunks exist before the kill
     assert reaudit.start_job(database, _queue(queue_name), job_id) == 4
     recovery = {"AUDITOR_TEST_EVALUATOR_DELAY_S": "0.1", "AUDITOR_WORKER_DISPATCH_INTERVAL_S": "0.5",
                 "AUDITOR_WORKER_CHUNK_STALL_AFTER_S": "2", "AUDITOR_WORKER_CHUNK_QUEUED_AFTER_S": "8"}

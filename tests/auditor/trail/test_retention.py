@@ -9,9 +9,11 @@ from sqlalchemy import text
 from auditor.store.base import utcnow
 from auditor.store.database import Database
 from auditor.trail import chain
+from auditor.trail.access_log import CliOperator
+from auditor.trail.holds import HoldIn, place_hold, release_hold
 from auditor.trail.ledgers import verify_trail
 from auditor.trail.records import NewRecord, append_record
-from auditor.trail.retention import place_hold, purge_expired, release_hold
+from auditor.trail.retention import purge_expired
 from tests.auditor.conftest import TEST_HMAC_KEY, make_settings
 
 KEY = TEST_HMAC_KEY.encode()
@@ -32,13 +34,13 @@ def _verify(database: Database) -> chain.ChainReport:
 def test_purge_keeps_tombstones_verifiable_and_honours_holds(database: Database, database_url: str) -> None:
     settings = make_settings(database_url, retention_days={"medical": 30}, default_retention_days=None)
     medical, finance, held = _add(database, "medical"), _add(database, "finance"), _add(database, "medical", "hold-co")
-    with database.session() as session:
-        hold = place_hold(session, tenant="hold-co", reason="litigation 2026-17")
+    hold = place_hold(database, CliOperator(), HoldIn(matter_id="M-2026-17", reason="litigation 2026-17",
+                                                      scope={"tenant": "hold-co"}))
 
     assert purge_expired(database, settings).purged_ids == []          # nothing is 30 days old yet
     later = utcnow() + timedelta(days=31)
     result = purge_expired(database, settings, now=later)
-    assert result.purged_ids == [medical] and result.held_ids == [held]
+    assert result.purged_ids == [medical] and result.held_ids == [held] and result.holds == {held: [hold.id]}
 
     with database.engine.connect() as conn:
         rows = {r.id: r for r in conn.execute(text("SELECT id, prompt, output, claims, prompt_sha256, purged_at "
@@ -53,8 +55,7 @@ def test_purge_keeps_tombstones_verifiable_and_honours_holds(database: Database,
     report = _verify(database)
     assert report.ok, report.problem
 
-    with database.session() as session:
-        release_hold(session, hold.id)
+    release_hold(database, CliOperator(), hold.id, reason="matter closed")
     assert purge_expired(database, settings, now=later).purged_ids == [held]
     assert _verify(database).ok
 

@@ -1,0 +1,1 @@
+"""Versioned, reloadable rule packs: the store's registry of packs and which one each domain uses now."""

@@ -1,0 +1,525 @@
+"""The regulator export bundle: everything a regulator needs to read the matching records and to check,
+offline and with the standard library only, that nothing in it was altered.
+
+    manifest.json        filter, time, who, counts, versions, every file's SHA-256, the chain's windows
+    columns.csv          the column dictionary: every CSV column, its type, where it comes from, what it means
+    records.*            one row per record: the record as chained, plus its current verdicts
+    claims.*             one row per claim of each record's current verdicts
+    evidence.*           one row per evidence item of those claims
+    gate_decisions.*     one row per gate decision
+    evaluations.*        every evaluation of the records (the current one marked), with its chained fields
+    reviews.*            every review of the records (chained events)
+    chain/links.jsonl    the hash-chain links from the signed checkpoint before each exported entry to the
+                         one after it (or the signed head), per ledger
+    chain/checkpoints.jsonl   those checkpoints and heads with their HMAC signatures
+    verify_bundle.py     the checker (`python3 verify_bundle.py BUNDLE [--hmac-key-file F] [--witness W]`)
+
+Each `*.jsonl` row holds the exact chained values, so the checker recomputes every content digest and walks
+every link up to a signed checkpoint; each CSV cell is the JSONL value its column's `source` path names,
+rendered and neutralised against spreadsheet formulas, so one altered cell anywhere fails the check.
+
+The bundle reads one consistent snapshot of the store; every record it holds is logged as read (action
+"bundle", in pages with their ids), and issuing it is a chained event that names the manifest's hash.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import hmac
+import json
+import shutil
+import zipfile
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from sqlalchemy import Connection, select
+from sqlalchemy.orm import Session
+
+from auditor.packs.registry import active_refs, versions_by_hash
+from auditor.store.base import new_id, utcnow
+from auditor.store.database import Database
+from auditor.trail.access_log import Reader, log_access
+from auditor.trail.chain import Ledger, canonical_json, canonical_time
+from auditor.trail.events import append_event
+from auditor.trail.export import neutralise_cell
+from auditor.trail.ledgers import EVALUATIONS, EVENTS, RECORDS
+from auditor.trail.models import ChainHead, Checkpoint, Evaluation, TrailEvent
+from auditor.trail.queries import Shown, iter_records, record_views
+from auditor.trail.schemas import AuditFilters, RecordFilter
+
+FORMAT = "auditor-bundle/1"
+VERIFY_SCRIPT = Path(__file__).with_name("verify_bundle.py")
+_PAGE = 500
+
+
+class BundleError(ValueError):
+    """A bundle that cannot be written where asked."""
+
+
+class BundleFilters(RecordFilter):
+    """Which records go into a bundle (the compliance filters; purge markers never do)."""
+
+
+# -- the column dictionary: (column, source path in the JSONL row, type, description) -----------------------
+
+Columns = Sequence[tuple[str, str, str, str]]
+
+RECORD_COLUMNS: Columns = (
+    ("id", "id", "text", "The audit id (X-Audit-Id of the response)"),
+    ("seq", "seq", "integer", "Position in the records ledger"),
+    ("occurred_at", "occurred_at", "time", "When the output was produced (an imported output's own timestamp)"),
+    ("recorded_at", "created_at", "time", "When the record was written to the trail"),
+    ("kind", "kind", "text", "record"),
+    ("tenant", "tenant", "text", "The customer the request belonged to"),
+    ("key_id", "key_id", "text", "The API key that made the request"),
+    ("request_id", "request_id", "text", "The client's X-Request-Id (PII-redacted as stored)"),
+    ("endpoint", "endpoint", "text", "chat, completions, or import (an output of another model)"),
+    ("intent", "intent", "text", "X-Intent of the request"),
+    ("domain", "domain", "text", "finance, medical or legal"),
+    ("model_id", "model_id", "text", "The model that produced the output"),
+    ("checkpoint_hash", "checkpoint_hash", "text", "Hash of the model's weights"),
+    ("kg_version", "kg_version", "text", "Knowledge-graph version at generation"),
+    ("rule_pack_hash", "rule_pack_hash", "text", "Rule pack the gate used at generation"),
+    ("status", "status", "text", "completed, refused, blocked or error"),
+    ("finish_reason", "finish_reason", "text", "Why generation stopped"),
+    ("gate_action", "gate_action", "text", "What the output gate did (empty for imports: never gated)"),
+    ("temperature", "sampling_params.temperature", "number", "Sampling temperature"),
+    ("top_p", "sampling_params.top_p", "number", "Nucleus sampling threshold"),
+    ("max_tokens", "sampling_params.max_tokens", "integer", "Token limit of the answer"),
+    ("seed", "sampling_params.seed", "integer", "Sampling seed"),
+    ("presence_penalty", "sampling_params.presence_penalty", "number", "Presence penalty"),
+    ("frequency_penalty", "sampling_params.frequency_penalty", "number", "Frequency penalty"),
+    ("stop", "sampling_params.stop", "json", "Stop sequences (JSON list)"),
+    ("response_format", "sampling_params.response_format.type", "text", "json_object / json_schema when asked"),
+    ("prompt_tokens", "prompt_tokens", "integer", "Prompt length in tokens"),
+    ("completion_tokens", "completion_tokens", "integer", "Answer length in tokens"),
+    ("content_mode", "content_mode", "text", "raw, redacted (PII removed) or hash (no text kept)"),
+    ("prompt", "prompt", "text", "The prompt as stored (empty when purged or hash-only)"),
+    ("output", "output", "text", "What the model generated, as stored"),
+    ("delivered_output", "delivered_output", "text", "What the client received, as stored"),
+    ("error", "error", "text", "Error, if the request failed"),
+    ("purged_at", "purged_at", "time", "When retention removed the text (the digests remain)"),
+    ("current_source", "current.source", "text", "Where the current verdicts come from: evaluation, inline (the gate's), none"),
+    ("current_evaluation_id", "current.evaluation_id", "text", "The evaluation holding the current verdicts"),
+    ("current_rule_pack_version", "current.rule_pack.version", "text", "Rule-pack version of the current verdicts"),
+    ("current_rule_pack_hash", "current.rule_pack.hash", "text", "Rule-pack hash of the current verdicts"),
+    ("current_rule_pack_active", "current.rule_pack.active", "boolean", "Whether that pack is the active one"),
+    ("current_supported", "current.n_supported", "integer", "Claims supported by evidence"),
+    ("current_contradicted", "current.n_contradicted", "integer", "Claims contradicted by evidence"),
+    ("current_unverifiable", "current.n_unverifiable", "integer", "Claims that could not be checked offline"),
+    ("current_fer", "current.fer", "number", "Factual error rate: contradicted / (supported + contradicted)"),
+    ("current_citation_confidence", "current.citation_confidence", "number", "Share of citations that resolve"),
+    ("current_verdict_action", "current.verdict_action", "text", "What the verdicts ask the gate to do"),
+    ("current_max_severity", "current.max_severity", "text", "Highest severity among broken rules"),
+    ("current_reviewed", "current.reviewed", "boolean", "Whether a person reviewed the current verdicts"),
+    ("current_disputed", "current.disputed", "integer", "Claims that review disputed"),
+    ("record_hash", "record_hash", "text", "The record's hash in the chain"),
+)
+CLAIM_COLUMNS: Columns = (
+    ("record_id", "record_id", "text", "The record the claim was found in"),
+    ("source", "source", "text", "evaluation or inline (the gate's own verdicts)"),
+    ("evaluation_id", "evaluation_id", "text", "The evaluation that judged it (empty for inline)"),
+    ("claim_index", "claim_index", "integer", "Position among the verdict set's claims"),
+    ("verdict", "claim.verdict", "text", "supported, contradicted or unverifiable"),
+    ("kind", "claim.kind", "text", "What sort of claim (dose, case_citation, identifier, ...)"),
+    ("text", "claim.text", "text", "The claim as it appears in the output"),
+    ("confidence", "claim.confidence", "number", "How sure the verdict is (0-1)"),
+    ("span_start", "claim.span.0", "integer", "Character offset where the claim starts in the output"),
+    ("span_end", "claim.span.1", "integer", "Character offset where it ends"),
+    ("rule_ids", "claim.rule_ids", "json", "Rules that decided the verdict (JSON list)"),
+    ("gate_rule_id", "claim.gate.rule_id", "text", "The rule a contradicted claim broke"),
+    ("gate_severity", "claim.gate.severity", "text", "Its severity"),
+    ("gate_on_fail", "claim.gate.on_fail", "text", "What the rule asks the gate to do"),
+    ("subject", "claim.subject", "text", "Knowledge-graph entity the claim is about"),
+)
+EVIDENCE_COLUMNS: Columns = (
+    ("record_id", "record_id", "text", "The record"),
+    ("evaluation_id", "evaluation_id", "text", "The evaluation (empty for inline verdicts)"),
+    ("claim_index", "claim_index", "integer", "The claim (see claims.csv)"),
+    ("evidence_index", "evidence_index", "integer", "Position among the claim's evidence"),
+    ("kind", "evidence.kind", "text", "kg_fact, registry, checksum, list_snapshot, rule, ..."),
+    ("description", "evidence.description", "text", "What the evidence says"),
+    ("source", "evidence.source", "text", "Where it comes from (package and version, label, list)"),
+    ("locator", "evidence.locator", "text", "Section, table or URL in the source"),
+    ("as_of", "evidence.as_of", "text", "Date of the source"),
+    ("rule_id", "evidence.rule_id", "text", "The rule whose validator produced it"),
+)
+DECISION_COLUMNS: Columns = (
+    ("record_id", "record_id", "text", "The record"),
+    ("decision_index", "decision_index", "integer", "Position among the record's gate decisions"),
+    ("stage", "decision.stage", "text", "input or output"),
+    ("rule_id", "decision.rule_id", "text", "The gate rule"),
+    ("action", "decision.action", "text", "allow, annotate, redact, block or refuse"),
+    ("reason", "decision.reason", "text", "Why"),
+)
+EVALUATION_COLUMNS: Columns = (
+    ("id", "id", "text", "The evaluation"),
+    ("record_id", "record_id", "text", "The record it judged"),
+    ("seq", "seq", "integer", "Position in the evaluations ledger"),
+    ("current", "current", "boolean", "Whether it holds the record's current verdicts"),
+    ("job_id", "job_id", "text", "The re-audit job that made it (empty: live scoring)"),
+    ("evaluator_version", "evaluator_version", "text", "Validator code version"),
+    ("rule_pack_version", "rule_pack_version", "text", "Rule-pack version"),
+    ("rule_pack_hash", "rule_pack_hash", "text", "Rule-pack hash"),
+    ("kg_version", "kg_version", "text", "Knowledge-graph version"),
+    ("status", "status", "text", "done or failed"),
+    ("failure_reason", "failure_reason", "text", "Why it failed"),
+    ("fer", "fer", "number", "Factual error rate"),
+    ("citation_confidence", "citation_confidence", "number", "Share of citations that resolve"),
+    ("joint_score", "joint_score", "number", "(1 - FER) x citation confidence"),
+    ("created_at", "created_at", "time", "When it was made"),
+    ("record_hash", "record_hash", "text", "Its hash in the evaluations ledger"),
+)
+REVIEW_COLUMNS: Columns = (
+    ("id", "id", "text", "The review (an event in the events ledger)"),
+    ("seq", "seq", "integer", "Position in the events ledger"),
+    ("at", "at", "time", "When it was made"),
+    ("record_id", "record_id", "text", "The record reviewed"),
+    ("reviewer_key_id", "key_id", "text", "The reviewer's API key"),
+    ("reviewer_tenant", "tenant", "text", "The reviewer's tenant"),
+    ("reviewer_role", "role", "text", "reviewer, auditor or admin"),
+    ("verdict_set", "payload.verdict_ref", "text", "The evaluation (or inline verdicts) reviewed"),
+    ("disputed", "payload.disputed", "integer", "How many claims were disputed"),
+    ("items", "payload.items", "json", "Per claim: index, decision (confirm / false_positive / false_negative)"),
+    ("note", "note", "json", "The reviewer's notes (JSON text)"),
+    ("record_hash", "record_hash", "text", "Its hash in the events ledger"),
+)
+TABLES: dict[str, Columns] = {"records": RECORD_COLUMNS, "claims": CLAIM_COLUMNS, "evidence": EVIDENCE_COLUMNS,
+                              "gate_decisions": DECISION_COLUMNS, "evaluations": EVALUATION_COLUMNS,
+                              "reviews": REVIEW_COLUMNS}
+_CHAINED = {"records": RECORDS, "evaluations": EVALUATIONS, "reviews": EVENTS}
+
+
+# -- rendering: the one rule both the writer and verify_bundle.py apply to a JSONL value ---------------------
+
+
+def lookup(row: Mapping[str, Any], path: str) -> Any:
+    value: Any = row
+    for part in path.split("."):
+        if isinstance(value, dict):
+            value = value.get(part)
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return None
+    return value
+
+
+def render(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return str(value)
+
+
+def csv_value(row: Mapping[str, Any], path: str) -> str:
+    return neutralise_cell(render(lookup(row, path)))
+
+
+# -- writing ---------------------------------------------------------------------------------------------
+
+
+class _Table:
+    """One table as JSONL and CSV side by side."""
+
+    def __init__(self, folder: Path, name: str, columns: Columns) -> None:
+        self.name, self.columns, self.rows = name, columns, 0
+        self.jsonl: IO[str] = (folder / f"{name}.jsonl").open("w", encoding="utf-8", newline="\n")
+        self.csv_file: IO[str] = (folder / f"{name}.csv").open("w", encoding="utf-8", newline="")
+        self.writer = csv.writer(self.csv_file)
+        self.writer.writerow([column for column, *_ in columns])
+
+    def write(self, row: dict[str, Any]) -> None:
+        self.jsonl.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
+        self.writer.writerow([csv_value(row, source) for _, source, *_ in self.columns])
+        self.rows += 1
+
+    def close(self) -> None:
+        self.jsonl.close()
+        self.csv_file.close()
+
+
+@dataclass(slots=True)
+class _Windows:
+    """Per ledger: the checkpoint windows that hold exported entries (bounded by the number of checkpoints)."""
+
+    checkpoints: dict[int, list[int]]
+    heads: dict[int, int]
+    needed: dict[int, set[int]] = field(default_factory=dict)
+
+    def add(self, ledger: Ledger, seq: int) -> None:
+        points = self.checkpoints.get(ledger.number, [])
+        index = bisect_left(points, seq)
+        end = points[index] if index < len(points) else self.heads.get(ledger.number, seq)
+        self.needed.setdefault(ledger.number, set()).add(end)
+
+    def ranges(self, ledger: Ledger) -> Iterator[tuple[int, int]]:
+        points = self.checkpoints.get(ledger.number, [])
+        for end in sorted(self.needed.get(ledger.number, ())):
+            index = bisect_left(points, end)
+            start = points[index - 1] if index > 0 else 0
+            yield start, end
+
+
+def write_bundle(database: Database, reader: Reader, filters: RecordFilter, folder: Path) -> dict[str, Any]:
+    """Write the bundle of the records `filters` matches into `folder` (which must not exist or be empty);
+    returns the manifest."""
+    from auditor.trail.reads import check_tenant_filter, logged_filters
+
+    _prepare(folder)
+    check_tenant_filter(database, reader, filters, "bundle")
+    bundle_id, created_at = new_id(), utcnow()
+    tables = {name: _Table(folder, name, columns) for name, columns in TABLES.items()}
+    counts: dict[str, int] = {}
+    try:
+        with database.snapshot() as conn:
+            windows = _Windows(_checkpoint_seqs(conn), _head_seqs(conn))
+            versions = _Versions(conn)
+            session = Session(bind=conn)
+            page_filters = AuditFilters(**filters.model_dump(exclude_none=True), kind="record", limit=_PAGE)
+            for page in iter_records(session, page_filters, tenant_scope=reader.tenant_scope, batch_size=_PAGE):
+                _log_page(database, reader, bundle_id, page, logged_filters(filters))
+                _write_page(conn, page, tables, windows, versions)
+            (folder / "chain").mkdir()
+            chain = _write_chain(conn, folder / "chain", windows)
+            counts = {name: table.rows for name, table in tables.items()}
+            packs_active = {d: ref.to_dict() for d, ref in active_refs(conn).items()}
+    finally:
+        for table in tables.values():
+            table.close()
+    _write_columns(folder)
+    shutil.copyfile(VERIFY_SCRIPT, folder / "verify_bundle.py")
+    (folder / "README.txt").write_text(_README, encoding="utf-8")
+    manifest = {
+        "format": FORMAT, "bundle_id": bundle_id, "created_at": created_at.isoformat(),
+        "created_by": {"key_id": reader.key_id, "tenant": reader.tenant, "role": reader.role},
+        "filter": logged_filters(filters),
+        "counts": {"records": counts["records"], "claims": counts["claims"], "evidence": counts["evidence"],
+                   "gate_decisions": counts["gate_decisions"], "evaluations": counts["evaluations"],
+                   "reviews": counts["reviews"]},
+        "versions": {"rule_packs_active": packs_active, "rule_packs_used": versions.used_packs(),
+                     "kg_versions": sorted(versions.kgs), "evaluators": sorted(versions.evaluators),
+                     "service": _service_version()},
+        "ledgers": {name: {"number": ledger.number, "hashed_fields": list(ledger.hashed_fields),
+                           "sensitive_fields": dict(ledger.sensitive_fields)} for name, ledger in
+                    (("records", RECORDS), ("evaluations", EVALUATIONS), ("events", EVENTS))},
+        "chain": chain,
+        "signing": {"algorithm": "HMAC-SHA256",
+                    "key_fingerprint": hmac.new(database.chain_key.hmac_key, b"auditor key fingerprint",
+                                                hashlib.sha256).hexdigest()[:16]},
+        "files": _file_hashes(folder),
+    }
+    manifest_text = json.dumps(manifest, ensure_ascii=False, indent=2, sort_keys=True)
+    (folder / "manifest.json").write_text(manifest_text, encoding="utf-8")
+    with database.write_connection() as conn:   # issuing the bundle is itself on the record
+        append_event(conn, reader, key=database.chain_key, kind="bundle_issued", subject=bundle_id, payload={
+            "manifest_sha256": hashlib.sha256(manifest_text.encode()).hexdigest(), "filter": manifest["filter"],
+            "counts": manifest["counts"]})
+    return manifest
+
+
+def _prepare(folder: Path) -> None:
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise BundleError(f"{folder} exists and is not an empty folder: a bundle is written into a new folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BundleError(f"cannot create {folder}: {exc.strerror or exc}") from exc
+
+
+def _log_page(database: Database, reader: Reader, bundle_id: str, page: list[Shown], filters: dict[str, Any]) -> None:
+    with database.session(write=True) as log_session:
+        log_access(log_session, reader, key=database.chain_key, action="bundle", target=bundle_id, filters=filters,
+                   result_count=len(page), record_ids=[shown.record.id for shown in page])
+
+
+class _Versions:
+    def __init__(self, conn: Connection) -> None:
+        self.conn, self.packs, self.kgs, self.evaluators = conn, set[str](), set[str](), set[str]()
+
+    def note(self, pack_hash: str | None, kg: str | None, evaluator: str | None) -> None:
+        for bucket, value in ((self.packs, pack_hash), (self.kgs, kg), (self.evaluators, evaluator)):
+            if value:
+                bucket.add(value)
+
+    def used_packs(self) -> dict[str, str | None]:
+        known = versions_by_hash(self.conn, self.packs)
+        return {pack_hash: known.get(pack_hash) for pack_hash in sorted(self.packs)}
+
+
+def _write_page(conn: Connection, page: list[Shown], tables: dict[str, _Table], windows: _Windows,
+                versions: _Versions) -> None:
+    views = {out.id: out for out in record_views(conn, page)}
+    ids = [shown.record.id for shown in page]
+    evaluations = conn.execute(select(Evaluation.__table__).where(Evaluation.record_id.in_(ids))
+                               .order_by(Evaluation.seq)).mappings().all()
+    pack_versions = versions_by_hash(conn, {e["rule_pack_hash"] for e in evaluations if e["rule_pack_hash"]})
+    by_id = {e["id"]: e for e in evaluations}
+    for shown in page:
+        record, out = shown.record, views[shown.record.id]
+        row = _chained_row(RECORDS, record)
+        current = out.current.model_dump(mode="json", exclude={"claims"}) if out.current else None
+        row.update(occurred_at=out.occurred_at.isoformat() if out.occurred_at else None, current=current)
+        tables["records"].write(row)
+        windows.add(RECORDS, record.seq)
+        versions.note(record.rule_pack_hash, record.kg_version, None)
+        for index, decision in enumerate(record.gate_decisions or []):
+            tables["gate_decisions"].write({"record_id": record.id, "decision_index": index, "decision": decision})
+        evaluation_id = shown.view.evaluation_id
+        claims = (by_id[evaluation_id]["claims"] if evaluation_id in by_id else None) if evaluation_id else record.claims
+        _write_claims(tables, record.id, evaluation_id, claims)
+    for evaluation in evaluations:
+        row = _chained_row(EVALUATIONS, evaluation)
+        row.update(current=views[evaluation["record_id"]].current is not None
+                   and views[evaluation["record_id"]].current.evaluation_id == evaluation["id"],
+                   rule_pack_version=pack_versions.get(evaluation["rule_pack_hash"]))
+        tables["evaluations"].write(row)
+        windows.add(EVALUATIONS, evaluation["seq"])
+        versions.note(evaluation["rule_pack_hash"], evaluation["kg_version"], evaluation["evaluator_version"])
+    for review in conn.execute(select(TrailEvent.__table__).where(TrailEvent.kind == "review",
+                                                                  TrailEvent.record_id.in_(ids))
+                               .order_by(TrailEvent.seq)).mappings():
+        tables["reviews"].write(_chained_row(EVENTS, review))
+        windows.add(EVENTS, review["seq"])
+
+
+def _write_claims(tables: dict[str, _Table], record_id: str, evaluation_id: str | None, claims: list[Any] | None) -> None:
+    for index, claim in enumerate(claims or []):
+        tables["claims"].write({"record_id": record_id, "source": "evaluation" if evaluation_id else "inline",
+                                "evaluation_id": evaluation_id, "claim_index": index, "claim": claim})
+        for evidence_index, evidence in enumerate((claim or {}).get("evidence") or [] if isinstance(claim, dict) else []):
+            tables["evidence"].write({"record_id": record_id, "evaluation_id": evaluation_id, "claim_index": index,
+                                      "evidence_index": evidence_index, "evidence": evidence})
+
+
+def _chained_row(ledger: Ledger, source: Any) -> dict[str, Any]:
+    """An entry as the chain hashed it: its hashed fields (times in canonical form), the sensitive texts the
+    digests stand for, and its links."""
+    get = source.get if isinstance(source, Mapping) else (lambda name: getattr(source, name, None))
+    row = {name: _canonical(get(name)) for name in ledger.hashed_fields}
+    for text_field in ledger.sensitive_fields:
+        row[text_field] = get(text_field)
+    row.update(seq=get("seq"), prev_hash=get("prev_hash"), content_digest=get("content_digest"),
+               record_hash=get("record_hash"), purged_at=_canonical(get("purged_at")))
+    return row
+
+
+def _canonical(value: Any) -> Any:
+    from datetime import datetime
+
+    return canonical_time(value) if isinstance(value, datetime) else value
+
+
+def _checkpoint_seqs(conn: Connection) -> dict[int, list[int]]:
+    points: dict[int, list[int]] = {}
+    for ledger, seq in conn.execute(select(Checkpoint.ledger, Checkpoint.seq).order_by(Checkpoint.ledger, Checkpoint.seq)):
+        points.setdefault(ledger, []).append(seq)
+    return points
+
+
+def _head_seqs(conn: Connection) -> dict[int, int]:
+    return dict(conn.execute(select(ChainHead.id, ChainHead.seq)).all())
+
+
+def _write_chain(conn: Connection, folder: Path, windows: _Windows) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    wanted_checkpoints: dict[int, set[int]] = {}
+    with (folder / "links.jsonl").open("w", encoding="utf-8", newline="\n") as links:
+        for name, ledger in (("records", RECORDS), ("evaluations", EVALUATIONS), ("events", EVENTS)):
+            ranges = list(windows.ranges(ledger))
+            entries = 0
+            table = ledger.table
+            for start, end in ranges:
+                query = (select(table.c.seq, table.c.prev_hash, table.c.content_digest, table.c.record_hash)
+                         .where(table.c.seq > start, table.c.seq <= end).order_by(table.c.seq))
+                for row in conn.execute(query.execution_options(yield_per=2000)):
+                    links.write(json.dumps({"ledger": name, "seq": row.seq, "prev_hash": row.prev_hash,
+                                            "content_digest": row.content_digest, "record_hash": row.record_hash},
+                                           sort_keys=True) + "\n")
+                    entries += 1
+                wanted_checkpoints.setdefault(ledger.number, set()).update(s for s in (start, end) if s)
+            summary[name] = {"windows": len(ranges), "links": entries}
+    names = {RECORDS.number: "records", EVALUATIONS.number: "evaluations", EVENTS.number: "events"}
+    with (folder / "checkpoints.jsonl").open("w", encoding="utf-8", newline="\n") as out:
+        for number, seqs in sorted(wanted_checkpoints.items()):
+            rows = conn.execute(select(Checkpoint.__table__).where(Checkpoint.ledger == number,
+                                                                   Checkpoint.seq.in_(sorted(seqs)))).all()
+            for cp in rows:
+                out.write(json.dumps({"ledger": names[number], "kind": "checkpoint", "seq": cp.seq,
+                                      "record_hash": cp.record_hash, "prev_seq": cp.prev_seq,
+                                      "signature": cp.signature}, sort_keys=True) + "\n")
+            head = conn.execute(select(ChainHead.__table__).where(ChainHead.id == number)).one_or_none()
+            if head is not None and head.seq in seqs:
+                out.write(json.dumps({"ledger": names[number], "kind": "head", "seq": head.seq,
+                                      "record_hash": head.record_hash, "last_checkpoint_seq": head.last_checkpoint_seq,
+                                      "signature": head.signature}, sort_keys=True) + "\n")
+    return summary
+
+
+def _write_columns(folder: Path) -> None:
+    with (folder / "columns.csv").open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["file", "column", "type", "source", "description"])
+        for name, columns in TABLES.items():
+            for column, source, kind, description in columns:
+                writer.writerow([f"{name}.csv", column, kind, source, description])
+
+
+def _file_hashes(folder: Path) -> dict[str, dict[str, Any]]:
+    files = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "manifest.json"):
+        digest = hashlib.sha256()
+        lines = 0
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+                lines += block.count(b"\n")
+        files[path.relative_to(folder).as_posix()] = {"sha256": digest.hexdigest(), "bytes": path.stat().st_size,
+                                                      "lines": lines}
+    return files
+
+
+def _service_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"hallucination-auditor=={version('hallucination-auditor')}"
+    except PackageNotFoundError:
+        return "hallucination-auditor (not installed)"
+
+
+def zip_folder(folder: Path, archive: Path) -> Path:
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zipped:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            zipped.write(path, path.relative_to(folder.parent).as_posix())
+    return archive
+
+
+def canonical_digest(values: Mapping[str, Any], fields: Iterable[str]) -> str:
+    """What the chain hashes (kept here so tests can show verify_bundle.py computes the same)."""
+    return hashlib.sha256(canonical_json({name: values.get(name) for name in fields}).encode()).hexdigest()
+
+
+_README = """This folder is an audit-trail bundle of the hallucination-auditor service.
+
+Check it (Python 3.9+, standard library only, no network):
+
+    python3 verify_bundle.py .                          # files, digests, chain links, CSV cells
+    python3 verify_bundle.py . --hmac-key-file KEY      # also the checkpoint signatures (needs the key)
+    python3 verify_bundle.py . --witness witness.jsonl  # also against an independent copy of the witness
+
+manifest.json names the filter, who exported it and when, the counts and versions, and every file's SHA-256.
+columns.csv describes every CSV column. The CSV files are the JSONL files flattened for spreadsheets: a cell
+that starts with = + - @ (and is not a number) is prefixed with ' so a spreadsheet shows it as text.
+
+Without the HMAC key or the witness, the check proves that the bundle is internally consistent: every file is
+as the manifest lists it, every row hashes to the digest the chain holds, and every chain link leads to the
+checkpoints listed. That those checkpoints are the service's own is what the key or the witness adds.
+"""

@@ -25,6 +25,7 @@ from auditor.api import (
     completions,
     health,
     holds,
+    imports,
     keys,
     models,
     reaudits,
@@ -77,7 +78,7 @@ def _start_task_queue(settings: Settings, database: Database, stack: AsyncExitSt
                               redeliver_after_s=worker_settings.redeliver_after_s,
                               chunk_stall_after_s=worker_settings.chunk_stall_after_s,
                               stream_recovery_after_s=worker_settings.stream_recovery_after_s,
-                              alerts=AlertSchedule.from_settings(settings)).start()
+                              alerts=AlertSchedule.from_settings(settings), packs=packs).start()
     stack.callback(embedded.stop)
     return embedded.queue
 
@@ -167,6 +168,6 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
 
     for router in (chat.router, completions.router, models.router, audits.router, reaudits.router, health.router,
                    reviews.router, holds.router, keys.router, access_log.router, trends.router, rules.router,
-                   alerts.router):
+                   alerts.router, imports.router):
         app.include_router(router)
     return app

@@ -172,11 +172,11 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _bundle(args: argparse.Namespace) -> int:
-    from auditor.trail.bundle import BundleError, write_bundle
+    from auditor.trail.bundle import BundleError, BundleFilters, write_bundle
 
     if args.output is not None:
         raise CliError("--bundle writes a folder; leave out --output")
-    filters = build_filter(AuditFilters, args, limit=500)
+    filters = build_filter(BundleFilters, args)
     settings = load_settings()
     database = open_database(settings)
     try:

@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from auditor.alerts.engine import AlertSchedule
 from auditor.jobs import reaudit, reaudit_chunks, scoring
 from auditor.jobs.outbox import acknowledge_hook, dispatch_once
+from auditor.packs.source import StorePacks
 from auditor.store.database import Database
 from auditor.trail.segments import recover_interrupted_streams
 
@@ -99,9 +100,10 @@ class EmbeddedWorker:
     def __init__(self, database: Database, evaluator_factory: Callable[[], scoring.Evaluator], *,
                  workers: int = 2, interval_s: float = 0.5, redeliver_after_s: float = 300.0,
                  chunk_stall_after_s: float = 300.0, stream_recovery_after_s: float = 300.0,
-                 alerts: AlertSchedule | None = None) -> None:
+                 alerts: AlertSchedule | None = None, packs: StorePacks | None = None) -> None:
         self.queue = InProcessTaskQueue(database, evaluator_factory, workers=workers)
         self.alerts = alerts
+        self.packs = packs
         self.database = database
         self.interval_s = interval_s
         self.redeliver_after_s = redeliver_after_s
@@ -126,6 +128,8 @@ class EmbeddedWorker:
         reaudit.requeue_stalled(self.database, self.queue, stall_after_s=self.chunk_stall_after_s,
                                 queued_after_s=self.chunk_stall_after_s * 4)
         recover_interrupted_streams(self.database, idle_for_s=self.stream_recovery_after_s)
+        if self.packs is not None:   # the rule-pack file watch runs even while nothing is being judged
+            self.packs.refresh()
         if self.alerts is not None:
             self.alerts.run(self.database)
 

@@ -202,6 +202,7 @@ class Dispatcher:
                  witness: WitnessPublisher | None = None) -> None:
         self.database, self.queue, self.settings, self.witness = database, queue, settings, witness
         self.alerts = AlertSchedule.from_settings(get_settings())
+        self.packs = store_packs(database, get_settings())
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="auditor-dispatcher", daemon=True)
 
@@ -218,6 +219,7 @@ class Dispatcher:
         reaudit.requeue_stalled(self.database, self.queue, stall_after_s=self.settings.chunk_stall_after_s,
                                 queued_after_s=self.settings.chunk_queued_after_s)
         recover_interrupted_streams(self.database, idle_for_s=self.settings.stream_recovery_after_s)
+        self.packs.refresh()   # the rule-pack file watch, also while no task runs
         self.alerts.run(self.database)
         if self.witness is not None:
             self.witness.publish_once()

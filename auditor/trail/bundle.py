@@ -273,6 +273,7 @@ def write_bundle(database: Database, reader: Reader, filters: RecordFilter, fold
     returns the manifest."""
     from auditor.trail.reads import check_tenant_filter, logged_filters
 
+    filters = BundleFilters(**filters.model_dump(exclude_none=True, include=set(RecordFilter.model_fields)))
     _prepare(folder)
     check_tenant_filter(database, reader, filters, "bundle")
     bundle_id, created_at = new_id(), utcnow()
@@ -291,6 +292,7 @@ def write_bundle(database: Database, reader: Reader, filters: RecordFilter, fold
             chain = _write_chain(conn, folder / "chain", windows)
             counts = {name: table.rows for name, table in tables.items()}
             packs_active = {d: ref.to_dict() for d, ref in active_refs(conn).items()}
+            packs_used = versions.used_packs()
     finally:
         for table in tables.values():
             table.close()
@@ -304,7 +306,7 @@ def write_bundle(database: Database, reader: Reader, filters: RecordFilter, fold
         "counts": {"records": counts["records"], "claims": counts["claims"], "evidence": counts["evidence"],
                    "gate_decisions": counts["gate_decisions"], "evaluations": counts["evaluations"],
                    "reviews": counts["reviews"]},
-        "versions": {"rule_packs_active": packs_active, "rule_packs_used": versions.used_packs(),
+        "versions": {"rule_packs_active": packs_active, "rule_packs_used": packs_used,
                      "kg_versions": sorted(versions.kgs), "evaluators": sorted(versions.evaluators),
                      "service": _service_version()},
         "ledgers": {name: {"number": ledger.number, "hashed_fields": list(ledger.hashed_fields),

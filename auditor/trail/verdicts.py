@@ -101,7 +101,7 @@ def output_actions(gate_decisions: Sequence[Any] | None) -> tuple[str, str | Non
     for decision in gate_decisions or []:
         if isinstance(decision, dict) and decision.get("stage") == "output" and decision.get("action") in _ACTION_RANK:
             actions.append(decision["action"])
-            severity = (decision.get("details") or {}).get("severity")
+            severity = (decision.get("detail") or {}).get("severity")   # GateDecision.detail
             if severity in _SEVERITY_RANK:
                 severities.append(severity)
     return (max(actions, key=_ACTION_RANK.__getitem__, default="allow"),

@@ -118,7 +118,9 @@ class EmbeddedWorker:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
+        # Let a pass in progress finish (its statements are bounded by the store's timeouts): the database is
+        # disposed right after, and a pass still running then would open a new connection behind its back.
+        self._thread.join(timeout=60)
         self.queue.shutdown(wait=True)
 
     def run_once(self) -> None:

@@ -3,7 +3,7 @@
 COPY streams rows in PostgreSQL's own format instead of one bound statement per row; for the trail's
 wide rows it is several times faster than executemany (see `benchmarks/trail_scale.py`). Both paths
 write the same values: JSON columns are serialised as the engine's JSON type serialises them
-(`ensure_ascii=False`; None is SQL NULL), and the rows join the caller's transaction.
+(canonical JSON; None is SQL NULL), and the rows join the caller's transaction.
 """
 
 from __future__ import annotations
@@ -35,4 +35,4 @@ def bulk_insert(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
 
 
 def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False)
+    return None if value is None else json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -134,8 +134,9 @@ def alembic_config(database: Database) -> Config:
 
 
 def _json_serializer(value: Any) -> str:
-    # Non-ASCII kept as is, so text search over stored JSON (claims) matches what people type.
-    return json.dumps(value, ensure_ascii=False)
+    """Canonical JSON (sorted keys, no spaces, non-ASCII as is): the trail's verification hashes stored JSON
+    text as it is when it is in this form, instead of parsing and re-encoding every row."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _make_engine(url: str, *, sqlite_synchronous: str, echo: bool) -> Engine:

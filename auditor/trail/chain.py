@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Table, insert, select, update
+from sqlalchemy import JSON, Connection, Table, Text, cast, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from auditor.trail.models import ChainHead, Checkpoint
@@ -33,6 +33,24 @@ GENESIS_HASH = "0" * 64
 
 def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+
+
+_encode_str = json.encoder.encode_basestring   # what json.dumps(..., ensure_ascii=False) uses for a str
+
+
+def scalar_json(value: Any) -> str:
+    """`canonical_json` of one column value, without the general encoder's per-call set-up."""
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return _encode_str(value)
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, datetime):
+        return _encode_str(canonical_time(value))
+    return canonical_json(value)
 
 
 def _json_default(value: Any) -> Any:
@@ -95,11 +113,54 @@ class Ledger:
     def digest(self, values: Mapping[str, Any]) -> str:
         return sha256_text(canonical_json({name: values.get(name) for name in self.hashed_fields}))
 
+    @property
+    def json_fields(self) -> frozenset[str]:
+        """Hashed or sensitive fields stored as JSON (the engine writes them as canonical JSON text)."""
+        names = {*self.hashed_fields, *self.sensitive_fields}
+        return frozenset(c.name for c in self.table.columns if c.name in names and isinstance(c.type, JSON))
+
+    def parsed_digest(self, row: Any) -> str:
+        """The content digest of such a row the slow, exact way: JSON text parsed, then canonicalised (for
+        rows whose stored JSON is not canonical, e.g. written before 0.4)."""
+        json_fields = self.json_fields
+        return self.digest({name: _parsed(getattr(row, name)) if name in json_fields else getattr(row, name)
+                            for name in self.hashed_fields})
+
     def fill_sensitive_digests(self, values: dict[str, Any]) -> None:
         """Digest each sensitive text that has none yet (a hash-only entry arrives with its digest and no text)."""
         for text_field, digest_field in self.sensitive_fields.items():
             if values.get(digest_field) is None:
                 values[digest_field] = text_digest(values.get(text_field))
+
+
+class StoredDigest:
+    """The content digest of rows whose JSON fields arrive as their stored text (`cast(..., Text)`): when that
+    text is canonical, as the service writes it, the canonical JSON of the whole entry is composed from the
+    columns as they are (no parsing, no re-encoding); the result equals `Ledger.digest` of the parsed row."""
+
+    def __init__(self, ledger: Ledger, column_names: list[str]) -> None:
+        position = {name: index for index, name in enumerate(column_names)}
+        json_fields = ledger.json_fields
+        # (`"name":` prefix, column position, stored as JSON?) in canonical (sorted) key order
+        self.items = [(_encode_str(name) + ":", position[name], name in json_fields) for name in sorted(ledger.hashed_fields)]
+
+    def __call__(self, row: Any) -> str:
+        parts = []
+        for prefix, index, is_json in self.items:
+            value = row[index]
+            if value is None:
+                parts.append(prefix + "null")
+            elif is_json:
+                parts.append(prefix + value)
+            elif type(value) is str:
+                parts.append(prefix + _encode_str(value))
+            else:
+                parts.append(prefix + scalar_json(value))
+        return sha256_text("{" + ",".join(parts) + "}")
+
+
+def _parsed(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
 
 
 # -- appending -------------------------------------------------------------------------------------
@@ -199,9 +260,12 @@ def verify_ledger(conn: Connection, ledger: Ledger, hmac_key: bytes, *, row_chec
     e.g. a signed checkpoint) skips the entries up to it; the default walks from genesis."""
     checkpoints = {cp.seq: cp for cp in conn.execute(
         select(Checkpoint.__table__).where(Checkpoint.ledger == ledger.number).order_by(Checkpoint.seq))}
-    walk = _Walk(ledger, hmac_key, checkpoints, start)
     table = ledger.table
-    query = select(table).order_by(table.c.seq)
+    # JSON fields as their stored text: hashed as they are when canonical, parsed only when not (StoredDigest).
+    json_fields = ledger.json_fields
+    columns = [cast(c, Text).label(c.name) if c.name in json_fields else c for c in table.columns]
+    walk = _Walk(ledger, hmac_key, checkpoints, start, StoredDigest(ledger, [c.name for c in table.columns]))
+    query = select(*columns).order_by(table.c.seq)
     if start is not None:
         query = query.where(table.c.seq > start.seq)
     # Core rows, not ORM objects: verification walks whole tables and needs no identity map.
@@ -215,8 +279,11 @@ def verify_ledger(conn: Connection, ledger: Ledger, hmac_key: bytes, *, row_chec
 class _Walk:
     """The state of one verification walk: where the chain is, and which checkpoints it has passed."""
 
-    def __init__(self, ledger: Ledger, key: bytes, checkpoints: dict[int, Any], start: Link | None) -> None:
+    def __init__(self, ledger: Ledger, key: bytes, checkpoints: dict[int, Any], start: Link | None,
+                 stored_digest: StoredDigest) -> None:
         self.ledger, self.key, self.checkpoints = ledger, key, checkpoints
+        self.stored_digest = stored_digest
+        self.json_fields = ledger.json_fields
         self.expected_seq = (start.seq if start else 0) + 1
         self.prev = start.record_hash if start else GENESIS_HASH
         self.checked = 0
@@ -255,12 +322,17 @@ class _Walk:
         return None
 
     def _check_content(self, row: Any) -> ChainProblem | None:
-        values = {name: getattr(row, name) for name in self.ledger.hashed_fields}
+        json_fields = self.json_fields
         for text_field, digest_field in self.ledger.sensitive_fields.items():
             text = getattr(row, text_field)
-            if text is not None and text_digest(text) != values[digest_field]:
+            if text is None:
+                continue
+            digest = getattr(row, digest_field)
+            matches = sha256_text(text) == digest or (text_field in json_fields and text_digest(_parsed(text)) == digest)
+            if not matches:
                 return self._problem("altered", row.seq, row.id, f"{text_field} does not match {digest_field}")
-        if self.ledger.digest(values) != row.content_digest:
+        if self.stored_digest(row) != row.content_digest and \
+                self.ledger.parsed_digest(row) != row.content_digest:
             return self._problem("altered", row.seq, row.id, "stored fields do not match content_digest")
         if record_hash(row.seq, row.prev_hash, row.content_digest) != row.record_hash:
             return self._problem("altered", row.seq, row.id, "record_hash does not match seq, prev_hash and content")

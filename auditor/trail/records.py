@@ -10,7 +10,7 @@ write them with COPY.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -112,7 +112,8 @@ def append_batch(conn: Connection, records: Sequence[NewRecord], *, key: ChainKe
 
 
 def _row_values(record: NewRecord) -> dict[str, Any]:
-    values = asdict(record)
+    # A shallow copy: `asdict` would deep-copy every claim and decision, the bulk of a bulk load's time.
+    values = {f.name: getattr(record, f.name) for f in fields(record)}
     RECORDS.fill_sensitive_digests(values)
     if record.content_mode == "hash":
         for text_field in RECORDS.sensitive_fields:
@@ -142,3 +143,13 @@ def seal_evaluations(conn: Connection, evaluations: list[Evaluation], key: Chain
     for evaluation, chained in zip(evaluations, values, strict=True):
         for column in ("seq", "prev_hash", "content_digest", "record_hash", "claims_sha256"):
             setattr(evaluation, column, chained[column])
+
+
+def append_evaluations(conn: Connection, rows: Sequence[dict[str, Any]], *, key: ChainKey) -> None:
+    """Chain and write evaluation rows (plain values, e.g. from a bulk load) in the caller's write
+    transaction: the same ledger step as `seal_evaluations`, written with COPY on PostgreSQL. The caller
+    moves the current-verdict view (`auditor.trail.verdicts.apply_evaluations`) in the same transaction."""
+    for row in rows:
+        row["id"] = row.get("id") or new_id()
+    chain_entries(conn, EVALUATIONS, list(rows), hmac_key=key.hmac_key, checkpoint_interval=key.checkpoint_interval)
+    bulk_insert(conn, Evaluation.__table__, rows)

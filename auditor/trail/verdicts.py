@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, delete, or_, select, update
 
 from auditor.store.bulk import bulk_insert
 from auditor.trail.models import AuditRecord, Evaluation, RecordVerdict
@@ -224,7 +224,7 @@ def apply_evaluations(conn: Connection, evaluations: Sequence[Any], *, active_pa
         select(RecordVerdict.record_id, RecordVerdict.domain, RecordVerdict.source, RecordVerdict.rule_pack_hash,
                RecordVerdict.evaluated_at).where(RecordVerdict.record_id.in_(ids)))}
     decisions = dict(conn.execute(select(AuditRecord.id, AuditRecord.gate_decisions).where(AuditRecord.id.in_(ids))).all())
-    moved = 0
+    moves: dict[str, dict[str, Any]] = {}
     for evaluation in sorted(applied, key=lambda e: aware(e.created_at)):
         row = current.get(evaluation.record_id)
         if row is None:
@@ -232,11 +232,15 @@ def apply_evaluations(conn: Connection, evaluations: Sequence[Any], *, active_pa
         if not outranks(evaluation.rule_pack_hash, evaluation.created_at, row["source"], row["rule_pack_hash"],
                         row["evaluated_at"], active_packs.get(row["domain"] or "")):
             continue
-        values = evaluation_verdicts(evaluation, decisions.get(evaluation.record_id))
-        conn.execute(update(RecordVerdict).where(RecordVerdict.record_id == evaluation.record_id).values(**values))
+        moves[evaluation.record_id] = evaluation_verdicts(evaluation, decisions.get(evaluation.record_id))
         row.update(source="evaluation", rule_pack_hash=evaluation.rule_pack_hash, evaluated_at=evaluation.created_at)
-        moved += 1
-    return moved
+    if moves:   # one executemany (pipelined on PostgreSQL), not a round trip per row
+        columns = list(next(iter(moves.values())))
+        statement = update(RecordVerdict).where(RecordVerdict.record_id == bindparam("b_record_id")).values(
+            {column: bindparam(f"b_{column}") for column in columns})
+        conn.execute(statement, [{"b_record_id": record_id, **{f"b_{k}": v for k, v in values.items()}}
+                                 for record_id, values in moves.items()])
+    return len(moves)
 
 
 def mark_reviewed(conn: Connection, record_id: str, *, reviewed_ref: str, disputed: int) -> None:

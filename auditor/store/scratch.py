@@ -3,11 +3,13 @@ database (the `test` database CI provides) and leave nothing behind."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.exc import OperationalError
 
 
 @contextmanager
@@ -21,6 +23,19 @@ def scratch_schema(postgres_url: str, *, prefix: str = "auditor_scratch") -> Ite
     try:
         yield f"{postgres_url}{separator}options=-csearch_path%3D{schema}"
     finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        drop_schema(admin, schema)
         admin.dispose()
+
+
+def drop_schema(admin: Engine, schema: str, *, attempts: int = 5) -> None:
+    """DROP SCHEMA ... CASCADE, retried: a background thread of an app still shutting down (an outbox pass, a
+    rule-pack refresh) can hold a lock the drop needs and make PostgreSQL pick the drop as a deadlock victim."""
+    for attempt in range(attempts):
+        try:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+            return
+        except OperationalError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))

@@ -20,6 +20,7 @@ from sqlalchemy import Engine, create_engine, text
 
 from auditor.app import create_app
 from auditor.settings import Settings, get_settings
+from auditor.store.scratch import drop_schema
 from tests.auditor.conftest import FakeEngine
 
 POSTGRES_URL = os.environ.get("AUDITOR_TEST_POSTGRES_URL")
@@ -42,8 +43,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     try:
         yield f"{POSTGRES_URL}{'&' if '?' in POSTGRES_URL else '?'}options=-csearch_path%3D{schema}"
     finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        drop_schema(admin, schema)
         admin.dispose()
 
 

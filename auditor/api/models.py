@@ -1,4 +1,4 @@
-"""GET /v1/models: the engine's model, plus one `auditor-<domain>` alias per domain."""
+"""GET /v1/models: the engine's model, `auditor` (an alias of it, no domain) and one `auditor-<domain>` per domain."""
 
 from __future__ import annotations
 
@@ -13,5 +13,5 @@ router = APIRouter(tags=["inference"])
 
 @router.get("/v1/models")
 def list_models(services: ServicesDep, _caller: CallerDep) -> dict[str, Any]:
-    ids = [services.engine.model_id, *(f"auditor-{domain}" for domain in services.settings.domains)]
+    ids = [services.engine.model_id, "auditor", *(f"auditor-{domain}" for domain in services.settings.domains)]
     return {"object": "list", "data": [{"id": i, "object": "model", "created": 0, "owned_by": "auditor"} for i in ids]}

@@ -1,4 +1,7 @@
-"""`auditor verify --domain D [--json] [--pack PATH] [--intent I] [FILE|-]`: judge the claims of a text."""
+"""`auditor verify --domain D [--json] [--pack PATH] [--intent I] [FILE|-]`: judge the claims of a text.
+
+Exit status: 0 when the gate would let the text through (allow, annotate, redact), 1 when it would block or
+refuse it (so a script can stop on it), 2 on bad input."""
 
 from __future__ import annotations
 
@@ -11,11 +14,13 @@ from auditor.cli import CliError
 
 DOMAINS = ("finance", "medical", "legal")
 EVIDENCE_CHARS = 140   # the table shows the first evidence item; --json has all of it
+STOPPING_ACTIONS = ("block", "refuse")   # the gate actions that keep a text from its reader: exit status 1
 VERDICT_STYLES = {"supported": "green", "contradicted": "bold red", "unverifiable": "yellow"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("verify", help="judge the claims of a text: supported / contradicted / unverifiable")
+    parser = subparsers.add_parser("verify", help="judge the claims of a text: supported / contradicted / unverifiable",
+                                   description="Exit status 1 when the gate would block or refuse the text.")
     parser.add_argument("--domain", required=True, help="finance, medical or legal")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--pack", help="rule-pack YAML file (default: the bundled pack of the domain)")
@@ -59,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report.model_dump(mode="json"), ensure_ascii=False))
     else:
         print_table(report)
-    return 0
+    action = report.strongest_action()
+    return 1 if action is not None and action.on_fail in STOPPING_ACTIONS else 0
 
 
 def print_table(report: object) -> None:

@@ -25,7 +25,7 @@ def small_kg(monkeypatch):
 def test_json_output(tmp_path, capsys) -> None:
     source = tmp_path / "answer.txt"
     source.write_text("Brown v. Board of Education, 347 U.S. 483 (1955), and 42 U.S.C. § 1983 apply.")
-    assert main(["verify", "--domain", "legal", "--json", str(source)]) == 0
+    assert main(["verify", "--domain", "legal", "--json", str(source)]) == 1   # the gate would block it
     out = json.loads(capsys.readouterr().out)
     assert set(out) >= {"claims", "citations", "fer", "citation_confidence", "joint_score", "versions"}
     first = out["claims"][0]
@@ -37,9 +37,9 @@ def test_json_output(tmp_path, capsys) -> None:
 def test_table_output_from_stdin(monkeypatch, capsys) -> None:
     stdin = io.TextIOWrapper(io.BytesIO(b"Smith v. Jones, 12 Foo.Rep. 44 (1999)."))
     monkeypatch.setattr(sys, "stdin", stdin)
-    assert main(["verify", "--domain", "legal"]) == 0
+    assert main(["verify", "--domain", "legal"]) == 1   # a fabricated citation: the gate would block it
     out = capsys.readouterr().out
-    assert "contradicted" in out and "Foo.Rep." in out
+    assert "contradicted" in out and "Foo.Rep." in out and "gate: block" in out
 
 
 @pytest.mark.parametrize(
@@ -64,6 +64,13 @@ def test_missing_file(capsys) -> None:
     assert "no such file" in capsys.readouterr().err
 
 
+def test_exit_status_is_zero_when_the_gate_lets_the_text_through(tmp_path, capsys) -> None:
+    source = tmp_path / "answer.txt"
+    source.write_text("Brown v. Board of Education, 347 U.S. 483 (1954), ended segregation in public schools.")
+    assert main(["verify", "--domain", "legal", str(source)]) == 0
+    assert "gate:" not in capsys.readouterr().out
+
+
 def test_malformed_pack_is_one_line(tmp_path, capsys) -> None:
     pack = tmp_path / "pack.yaml"
     pack.write_text("domain: legal\nversion: '1'\nrules:\n  - {id: legal.x, description: d, validator: legal.statute,"
@@ -79,7 +86,7 @@ def test_console_script_subprocess() -> None:
     """The installed `auditor` entry point, end to end (real bundled pack; the KG may be the full one)."""
     result = subprocess.run([str(REPO / ".venv/bin/auditor"), "verify", "--domain", "legal", "--json", "-"],
                             input=b"Smith v. Jones, 12 Foo.Rep. 44 (1999).", capture_output=True, timeout=120, cwd=REPO)
-    assert result.returncode == 0, result.stderr.decode()
+    assert result.returncode == 1, result.stderr.decode()   # exit 1: the gate would block this text
     report = json.loads(result.stdout)
     assert report["claims"][0]["verdict"] == "contradicted"
     empty = subprocess.run([str(REPO / ".venv/bin/auditor"), "verify", "--domain", "legal", "-"], input=b"",

@@ -124,7 +124,7 @@ def measure_lists(database: Database, *, repeats: int, seed: int = 3) -> dict[st
     kinds = list_kinds(rng, datetime.now(UTC))
     samples: dict[str, list[float]] = {name: [] for name in [*kinds, "page_5_by_cursor"]}
     rows: dict[str, list[int]] = {name: [] for name in samples}
-    for name, make in kinds.items():   # warm-up: one of each, not measured (cold caches are a regime of their own)
+    for make in kinds.values():   # warm-up: one of each, not measured (cold caches are a regime of their own)
         reader, filters = make()
         reads.list_page(database, reader, filters)
     for _ in range(repeats):

@@ -14,7 +14,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("db", help="migrate the audit store")
     actions = parser.add_subparsers(dest="action", required=True)
     upgrade = actions.add_parser("upgrade", help="apply migrations (default: up to head)")
-    upgrade.add_argument("revision", nargs="?", default="head")
+    upgrade.add_argument("revision", nargs="?", default="head", help="the Alembic revision to reach (default head)")
     upgrade.set_defaults(func=_upgrade)
     current = actions.add_parser("current", help="show the applied revision")
     current.set_defaults(func=_current)

@@ -20,7 +20,7 @@ _SHOWN_ERRORS = 50
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("import", help="import external LLM outputs (JSONL) for re-audit")
-    parser.add_argument("file", type=Path)
+    parser.add_argument("file", type=Path, help="JSONL: prompt, output, domain, model, timestamp (with zone) per line")
     parser.add_argument("--strict", action="store_true", help="reject the whole file if any line is malformed")
     parser.add_argument("--tenant", default="default", help="tenant that owns the imported records")
     parser.set_defaults(func=_run)

@@ -8,23 +8,25 @@ import secrets
 from sqlalchemy.orm import Session
 
 from auditor.auth.keys import ROLES, ApiKeyError, create_key, list_keys, revoke_key
-from auditor.commands.common import in_session
+from auditor.commands.common import in_session, print_json, print_table
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("keys", help="manage API keys")
     actions = parser.add_subparsers(dest="action", required=True)
     create = actions.add_parser("create", help="create a key and print it once")
-    create.add_argument("--tenant", required=True)
-    create.add_argument("--role", required=True, choices=ROLES)
-    create.add_argument("--name")
+    create.add_argument("--tenant", required=True, help="the customer the key acts for")
+    create.add_argument("--role", required=True, choices=ROLES,
+                        help="client: inference; reviewer: review queue; auditor: the tenant's trail; admin: everything")
+    create.add_argument("--name", help="a label for the key (who or what uses it)")
     create.set_defaults(func=_create)
     listing = actions.add_parser("list", help="list keys (never their secrets)")
-    listing.add_argument("--tenant")
+    listing.add_argument("--tenant", help="only this tenant's keys")
     listing.add_argument("--all", action="store_true", help="include revoked keys")
+    listing.add_argument("--json", action="store_true", help="print the keys as JSON only")
     listing.set_defaults(func=_list)
     revoke = actions.add_parser("revoke", help="revoke a key by id")
-    revoke.add_argument("key_id")
+    revoke.add_argument("key_id", help="the key's id (see `auditor keys list`), not its secret")
     revoke.set_defaults(func=_revoke)
     gen_hmac = actions.add_parser("gen-hmac", help="print a random AUDITOR_HMAC_KEY (48 random bytes, URL-safe base64)")
     gen_hmac.set_defaults(func=_gen_hmac)
@@ -42,13 +44,20 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    def lines(session: Session) -> list[str]:
-        return [f"{key.id}  {key.prefix}…  {key.tenant}  {key.role}  {key.name or '-'}  "
-                f"{f'revoked {key.revoked_at:%Y-%m-%d}' if key.revoked_at else 'active'}"
+    def rows(session: Session) -> list[dict[str, object]]:
+        return [{"id": key.id, "prefix": key.prefix, "tenant": key.tenant, "role": key.role, "name": key.name,
+                 "created_at": key.created_at, "revoked_at": key.revoked_at}
                 for key in list_keys(session, tenant=args.tenant, include_revoked=args.all)]
 
-    for line in in_session(lines):
-        print(line)
+    keys = in_session(rows)
+    if args.json:
+        print_json(keys)
+        return 0
+    print_table(("id", "prefix", "tenant", "role", "name", "status"),
+                [(k["id"], f"{k['prefix']}…", k["tenant"], k["role"], k["name"],
+                  f"revoked {k['revoked_at']:%Y-%m-%d}" if k["revoked_at"] else "active") for k in keys],
+                empty="no keys" + ("" if args.all else " active (--all shows revoked ones)")
+                      + " (create one with `auditor keys create --tenant T --role admin`)")
     return 0
 
 

@@ -16,8 +16,9 @@ from auditor.commands.common import load_settings, open_database
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("worker", help="run a Celery worker (scoring, re-audit jobs)")
     parser.add_argument("--concurrency", type=int, default=None, help="worker processes (default: CPU count)")
-    parser.add_argument("--pool", choices=("prefork", "solo", "threads"), default="prefork")
-    parser.add_argument("--loglevel", default="info")
+    parser.add_argument("--pool", choices=("prefork", "solo", "threads"), default="prefork",
+                        help="Celery execution pool (default prefork: one process per concurrency slot)")
+    parser.add_argument("--loglevel", default="info", help="debug, info, warning or error (default info)")
     parser.add_argument("--hostname", default=None, help="node name, e.g. scoring1@%%h")
     parser.add_argument("--no-dispatch", action="store_true",
                         help="do not run the outbox dispatcher / re-audit sweeper in this worker")

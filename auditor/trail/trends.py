@@ -123,6 +123,7 @@ def window_totals(conn: Connection, filters: RecordFilter, *, since: datetime, u
     row = conn.execute(matching.with_only_columns(*_aggregates()).order_by(None)).mappings().one()
     point = _point({**row, "bucket_start": since}, [])
     point.pop("bucket_start")
+    point["contradicted"] = point["claims"]["contradicted"]   # alert rules name it directly
     return point
 
 

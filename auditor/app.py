@@ -49,6 +49,7 @@ from auditor.serving.knowledge import Knowledge, NoKnowledge
 from auditor.serving.metrics import ServiceMetrics
 from auditor.settings import Settings, get_settings
 from auditor.store.database import Database
+from auditor.trail.metrics import CurrentVerdictCollector
 from auditor.trail.witness import WitnessPublisher, open_witness
 
 logger = logging.getLogger("auditor")
@@ -124,6 +125,9 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                 stack.push_async_callback(_shutdown_engine, loaded_engine)
                 await loaded_engine.start()
             metrics.watch_engine(loaded_engine.stats)
+            verdict_gauges = CurrentVerdictCollector(database)
+            metrics.registry.register(verdict_gauges)
+            stack.callback(metrics.registry.unregister, verdict_gauges)
             inference = InferenceService(engine=loaded_engine, database=database, settings=settings, metrics=metrics,
                                          verifier=loaded_verifier or NoClaimVerifier(),
                                          knowledge=loaded_knowledge or NoKnowledge())

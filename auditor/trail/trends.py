@@ -117,14 +117,33 @@ def _point(row: Any, group_by: list[str]) -> dict[str, Any]:
 
 def window_totals(conn: Connection, filters: RecordFilter, *, since: datetime, until: datetime) -> dict[str, Any]:
     """The same metrics over one window, all groups together (what alert rules test)."""
-    query = TrendQuery(**filters.model_dump(exclude_none=True, exclude={"since", "until"}),
-                       since=since, until=until, bucket="day", group_by=[])
-    matching = filtered_query(query, tenant_scope=None).where(RecordVerdict.kind == "record")
-    row = conn.execute(matching.with_only_columns(*_aggregates()).order_by(None)).mappings().one()
-    point = _point({**row, "bucket_start": since}, [])
-    point.pop("bucket_start")
-    point["contradicted"] = point["claims"]["contradicted"]   # alert rules name it directly
+    (point,) = window_by_group(conn, filters, since=since, until=until, group_by=[]) or [_point(_NO_ROWS, [])]
     return point
+
+
+_NO_ROWS = {"records": 0, "supported": 0, "contradicted": 0, "unverifiable": 0, "with_contradicted": 0, "blocked": 0,
+            "critical": 0, "mean_fer": None, "scored": 0}
+
+
+def window_by_group(conn: Connection, filters: RecordFilter, *, since: datetime, until: datetime,
+                    group_by: list[str]) -> list[dict[str, Any]]:
+    """The metrics over one window per group (domain, model, ...): alert rules and the /metrics gauges."""
+    query = TrendQuery(**filters.model_dump(exclude_none=True, exclude={"since", "until"}),
+                       since=since, until=until, bucket="day", group_by=group_by)
+    matching = filtered_query(query, tenant_scope=None).where(RecordVerdict.kind == "record")
+    groups = [_GROUP_COLUMNS[name].label(name) for name in group_by]
+    statement = matching.with_only_columns(*groups, *_aggregates()).order_by(None)
+    if groups:
+        statement = statement.group_by(*groups)
+    points = []
+    for row in conn.execute(statement).mappings():
+        if not row["records"]:
+            continue
+        point = _point({**row, "bucket_start": since}, group_by)
+        point.pop("bucket_start")
+        point["contradicted"] = point["claims"]["contradicted"]   # alert rules name it directly
+        points.append(point)
+    return points
 
 
 def read_trends(database: Database, reader: Reader, query: TrendQuery) -> dict[str, Any]:

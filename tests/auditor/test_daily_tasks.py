@@ -251,6 +251,10 @@ def test_f_fer_trends_per_domain_and_model_and_alerts(world: World) -> None:
 
     status, out, _ = world.cli("trends", "--by", "domain", "--since", "7d")
     assert status == 0 and out.splitlines()[0].startswith("BUCKET") and "medical" in out and "legal" in out
+    metrics = world.client.get("/metrics", headers=world.headers("auditor")).text   # the last hour, per domain/model
+    assert 'auditor_current_fer{domain="medical",model="fake-model",window="1h"} 1.0' in metrics
+    assert 'auditor_current_block_rate{domain="medical",model="fake-model",window="1h"} 1.0' in metrics
+    assert 'auditor_current_claims{domain="medical",model="fake-model",verdict="contradicted",window="1h"} 2.0' in metrics
 
     url, bodies, stop = webhook_server()
     try:

@@ -45,11 +45,11 @@ from auditor.store.database import Database
 from auditor.trail.access_log import Reader, log_access
 from auditor.trail.chain import Ledger, canonical_json, canonical_time
 from auditor.trail.events import append_event
-from auditor.trail.export import neutralise_cell
 from auditor.trail.ledgers import EVALUATIONS, EVENTS, RECORDS
 from auditor.trail.models import ChainHead, Checkpoint, Evaluation, TrailEvent
 from auditor.trail.queries import Shown, iter_records, record_views
 from auditor.trail.schemas import AuditFilters, RecordFilter
+from auditor.trail.verify_bundle import lookup, neutralise, render
 
 FORMAT = "auditor-bundle/1"
 VERIFY_SCRIPT = Path(__file__).with_name("verify_bundle.py")
@@ -194,33 +194,11 @@ TABLES: dict[str, Columns] = {"records": RECORD_COLUMNS, "claims": CLAIM_COLUMNS
 _CHAINED = {"records": RECORDS, "evaluations": EVALUATIONS, "reviews": EVENTS}
 
 
-# -- rendering: the one rule both the writer and verify_bundle.py apply to a JSONL value ---------------------
-
-
-def lookup(row: Mapping[str, Any], path: str) -> Any:
-    value: Any = row
-    for part in path.split("."):
-        if isinstance(value, dict):
-            value = value.get(part)
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        else:
-            return None
-    return value
-
-
-def render(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict | list):
-        return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    return str(value)
+# -- rendering: verify_bundle.py's own rules (it is standard-library only, so the writer imports them) ------
 
 
 def csv_value(row: Mapping[str, Any], path: str) -> str:
-    return neutralise_cell(render(lookup(row, path)))
+    return neutralise(render(lookup(row, path)))
 
 
 # -- writing ---------------------------------------------------------------------------------------------

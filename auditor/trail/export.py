@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from auditor.trail.schemas import AuditRecordOut
+from auditor.trail.verify_bundle import neutralise
 
 _NOT_EXPORTED = {"evaluations", "reviews", "holds", "current"}
 RECORD_COLUMNS = [name for name in AuditRecordOut.model_fields if name not in _NOT_EXPORTED]
@@ -39,30 +40,17 @@ def flat_row(values: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-# OWASP CSV injection guidance: a cell a spreadsheet would read as a formula or a control starts with one of
-# these; prefixing a single quote makes it text. Every cell is checked, since prompts, request ids, claims
-# and evidence all carry text an attacker chose.
-_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-
-
 def neutralise_cell(value: Any) -> Any:
-    """A CSV cell made safe to open in a spreadsheet (numbers are left alone; "-0.5" stays a number)."""
-    if isinstance(value, str) and value.startswith(_FORMULA_STARTS) and not _is_number(value):
-        return "'" + value
-    return value
+    """A CSV cell made safe to open in a spreadsheet (OWASP's CSV-injection guidance: a cell starting with
+    = + - @, tab or CR is prefixed with ', numbers are left alone). Every cell is checked, since prompts,
+    request ids, claims and evidence all carry text an attacker chose. The rule is the bundle checker's own,
+    so exports and bundles neutralise alike."""
+    return neutralise(value) if isinstance(value, str) else value
 
 
 def csv_cell(value: Any) -> Any:
     """A value as a CSV cell: structures as JSON text, then neutralised."""
     return neutralise_cell(json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else value)
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def export_lines(pages: Iterable[list[AuditRecordOut]], format: str) -> Iterator[str]:

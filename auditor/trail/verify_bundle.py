@@ -54,6 +54,7 @@ LEDGERS = {
         "sensitive_fields": {"note": "note_sha256"}},
 }
 TABLE_LEDGER = {"records": "records", "evaluations": "evaluations", "reviews": "events"}
+# OWASP's CSV-injection guidance: cells a spreadsheet would read as a formula or a control start with these.
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 

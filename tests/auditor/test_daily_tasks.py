@@ -345,6 +345,7 @@ def test_g_reaudit_after_a_rule_pack_update(world: World) -> None:
     assert status == 0, err
     finished = json.loads(out)                      # stdout is the JSON and nothing else
     assert finished["status"] == "done" and finished["summary"]["rule_packs"]["legal"]["hash"]
+    assert finished["progress"]["rate_per_s"] > 0   # a finished job reports its run's rate, not 0.0
     assert "judging with" in err and "legal" in err
     status, out, _ = world.cli("reaudit", "list")
     assert status == 0 and out.splitlines()[0].startswith("ID") and finished["id"] in out and job["id"] in out

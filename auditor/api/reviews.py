@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
 from auditor.api.audits import read_errors
-from auditor.api.deps import DatabaseDep, ReaderDep, ReviewerDep
+from auditor.api.deps import DatabaseDep, ReaderDep, ReviewerDep, SettingsDep
 from auditor.api.schemas import AuditPage
 from auditor.trail import reviews
 from auditor.trail.reviews import FeedbackFilters, QueueFilters
@@ -20,10 +20,12 @@ router = APIRouter(prefix="/v1/reviews", tags=["review"])
 
 
 @router.get("/queue", response_model=AuditPage)
-def review_queue(filters: Annotated[QueueFilters, Query()], database: DatabaseDep, reviewer: ReviewerDep) -> AuditPage:
+def review_queue(filters: Annotated[QueueFilters, Query()], database: DatabaseDep, settings: SettingsDep,
+                 reviewer: ReviewerDep) -> AuditPage:
     """Records whose current verdicts are contradicted, blocked or low-confidence and not yet reviewed."""
     with read_errors():
-        rows, cursor = reviews.review_queue(database, reviewer, filters)
+        rows, cursor = reviews.review_queue(database, reviewer, filters,
+                                            default_min_confidence=settings.review_min_confidence)
     return AuditPage(data=rows, next_cursor=cursor)
 
 

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 from auditor.api.deps import DatabaseDep, ReaderDep
 from auditor.api.errors import ApiError
 from auditor.trail import trends
-from auditor.trail.reads import TenantNotAllowed
+from auditor.trail.access_log import TenantNotAllowed
 
 router = APIRouter(tags=["compliance"])
 

@@ -71,11 +71,11 @@ def _queue(args: argparse.Namespace) -> int:
     settings = load_settings()
     if not 1 <= args.limit <= 500:
         raise CliError("--limit must be between 1 and 500")
-    minimum = args.min_confidence if args.min_confidence is not None else settings.review_min_confidence
-    filters = build_filter(QueueFilters, args, limit=args.limit, cursor=args.cursor, min_confidence=minimum)
+    filters = build_filter(QueueFilters, args, limit=args.limit, cursor=args.cursor, min_confidence=args.min_confidence)
     database = open_database(settings)
     try:
-        rows, cursor = guarded(reviews.review_queue, database, CliOperator(), filters)
+        rows, cursor = guarded(reviews.review_queue, database, CliOperator(), filters,
+                               default_min_confidence=settings.review_min_confidence)
     except (reads.TenantNotAllowed, ValueError) as exc:
         raise CliError(str(exc)) from None
     if args.json:

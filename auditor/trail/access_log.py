@@ -105,6 +105,24 @@ def read_log(database: Database, reader: Reader, filters: AccessLogFilters) -> t
         return [AccessEntryOut.model_validate(row) for row in rows[: filters.limit]], cursor
 
 
+class TenantNotAllowed(PermissionError):
+    """A non-admin reader asked for another tenant's records."""
+
+
+def check_tenant_filter(database: Database, reader: Reader, filters: Any, action: str) -> None:
+    """Refuse (and log) a filter naming another tenant than the reader's own; admins read every tenant."""
+    tenant = getattr(filters, "tenant", None)
+    if tenant is not None and reader.tenant_scope is not None and tenant != reader.tenant_scope:
+        reason = "only admins may read other tenants' records"
+        log_denied(database, reader, target=f"{action}:tenant={tenant}", reason=reason)
+        raise TenantNotAllowed(reason)
+
+
+def logged_filters(filters: Any) -> dict[str, Any]:
+    """A read's filters as its log entry keeps them."""
+    return filters.model_dump(mode="json", exclude_none=True)
+
+
 def log_denied(database: Database, reader: Reader, *, target: str, reason: str) -> None:
     """Record a refused read (wrong role, another tenant's records) in its own commit: the refusal that follows
     rolls nothing back."""

@@ -40,6 +40,10 @@ class AuditQueryError(ValueError):
     """A filter or cursor the trail cannot be queried with."""
 
 
+class RecordNotFound(LookupError):
+    """No such record, or one owned by another tenant (the two look alike on purpose)."""
+
+
 # -- cursors: (occurred_at, seq) of the last row shown ------------------------------------------------------
 
 

@@ -1,18 +1,21 @@
 """Reading the trail on someone's behalf: list, show, export, verify. Each read is checked against the
 reader's tenant and written to the access log in the same transaction, whoever calls it (API, CLI), with
-the ids of the records it showed."""
+the ids of the records it showed. (`TenantNotAllowed` and `RecordNotFound` are re-exported for callers.)"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
 
+from auditor.packs.registry import versions_by_hash
 from auditor.store.base import new_id
 from auditor.store.database import Database
-from auditor.trail.access_log import Reader, log_access, log_denied
+from auditor.trail.access_log import Reader, TenantNotAllowed, check_tenant_filter, log_access, logged_filters
 from auditor.trail.chain import ChainReport
 from auditor.trail.export import export_lines
+from auditor.trail.holds import holds_covering
 from auditor.trail.queries import (
+    RecordNotFound,
     decode_cursor,
     evaluations_for,
     get_record,
@@ -21,28 +24,10 @@ from auditor.trail.queries import (
     list_records,
     record_views,
 )
-from auditor.trail.schemas import AuditFilters, AuditRecordOut, EvaluationOut, ExportFilters, RecordFilter
+from auditor.trail.reviews import reviews_of
+from auditor.trail.schemas import AuditFilters, AuditRecordOut, EvaluationOut, ExportFilters
 from auditor.trail.verification import VerifyMode, verify_store
 from auditor.trail.witness import Witness
-
-
-class TenantNotAllowed(PermissionError):
-    """A non-admin reader asked for another tenant's records."""
-
-
-class RecordNotFound(LookupError):
-    """No such record, or one owned by another tenant (the two look alike on purpose)."""
-
-
-def check_tenant_filter(database: Database, reader: Reader, filters: RecordFilter, action: str) -> None:
-    if filters.tenant is not None and reader.tenant_scope is not None and filters.tenant != reader.tenant_scope:
-        reason = "only admins may read other tenants' records"
-        log_denied(database, reader, target=f"{action}:tenant={filters.tenant}", reason=reason)
-        raise TenantNotAllowed(reason)
-
-
-def logged_filters(filters: RecordFilter) -> dict[str, Any]:
-    return filters.model_dump(mode="json", exclude_none=True)
 
 
 def list_page(database: Database, reader: Reader, filters: AuditFilters) -> tuple[list[AuditRecordOut], str | None]:
@@ -58,9 +43,6 @@ def list_page(database: Database, reader: Reader, filters: AuditFilters) -> tupl
 def show_record(database: Database, reader: Reader, record_id: str) -> AuditRecordOut:
     """One record with its current verdicts, every evaluation (with the pack version each used), its reviews
     and the legal holds that keep it; a failed read is logged too."""
-    from auditor.trail.holds import holds_covering
-    from auditor.trail.reviews import reviews_of
-
     with database.session(write=True) as session:
         shown = get_shown(session, record_id, tenant_scope=reader.tenant_scope)
         log_access(session, reader, key=database.chain_key, action="show", target=record_id[:64],
@@ -76,8 +58,6 @@ def show_record(database: Database, reader: Reader, record_id: str) -> AuditReco
 
 
 def evaluation_views(conn: Any, evaluations: Any) -> list[EvaluationOut]:
-    from auditor.packs.registry import versions_by_hash
-
     versions = versions_by_hash(conn, {e.rule_pack_hash for e in evaluations if e.rule_pack_hash})
     return [EvaluationOut.model_validate(e).model_copy(update={"rule_pack_version": versions.get(e.rule_pack_hash)})
             for e in evaluations]
@@ -133,3 +113,6 @@ def scoped_report(database: Database, reader: Reader, report: ChainReport) -> di
                    "detail": report.problem.detail if own else "the trail failed verification; an admin can see where"}
     return {"ok": report.ok, "records_checked": None, "checkpoints_checked": None, "last_seq": None,
             "problem": problem}
+
+
+__all__ = ["RecordNotFound", "TenantNotAllowed", "export", "list_page", "scoped_report", "show_record", "verify"]

@@ -21,11 +21,11 @@ from sqlalchemy import Connection, and_, func, or_, select
 
 from auditor.packs.registry import versions_by_hash
 from auditor.store.database import Database
-from auditor.trail.access_log import Reader, log_access
+from auditor.trail.access_log import Reader, check_tenant_filter, log_access, logged_filters
 from auditor.trail.chain import text_digest
 from auditor.trail.events import append_event
 from auditor.trail.models import AuditRecord, Evaluation, RecordVerdict, TrailEvent
-from auditor.trail.queries import Shown, get_shown, list_records, record_views
+from auditor.trail.queries import RecordNotFound, Shown, get_shown, list_records, record_views
 from auditor.trail.schemas import AuditFilters, AuditRecordOut, CleanText
 from auditor.trail.verdicts import mark_reviewed, verdict_ref
 
@@ -72,7 +72,9 @@ class QueueFilters(AuditFilters):
     """The review queue: records of the filter whose current verdicts are contradicted, blocked or
     low-confidence, and not yet reviewed."""
 
-    min_confidence: float = Field(default=LOW_CONFIDENCE, ge=0, le=1)
+    min_confidence: float | None = Field(default=None, ge=0, le=1,
+                                         description="A claim less confident than this needs review "
+                                                     "(default: AUDITOR_REVIEW_MIN_CONFIDENCE)")
 
 
 def queue_condition(min_confidence: float) -> Any:
@@ -82,14 +84,13 @@ def queue_condition(min_confidence: float) -> Any:
     return and_(RecordVerdict.kind == "record", needs, or_(RecordVerdict.reviewed_ref.is_(None), ~reviewed))
 
 
-def review_queue(database: Database, reader: Reader, filters: QueueFilters) -> tuple[list[AuditRecordOut], str | None]:
+def review_queue(database: Database, reader: Reader, filters: QueueFilters, *,
+                 default_min_confidence: float = LOW_CONFIDENCE) -> tuple[list[AuditRecordOut], str | None]:
     """One page of the queue (newest first), logged as a read of the records it shows."""
-    from auditor.trail.reads import check_tenant_filter, logged_filters
-
     check_tenant_filter(database, reader, filters, "review_queue")
+    minimum = filters.min_confidence if filters.min_confidence is not None else default_min_confidence
     with database.session(write=True) as session:
-        rows, cursor = list_records(session, filters, tenant_scope=reader.tenant_scope,
-                                    extra=queue_condition(filters.min_confidence))
+        rows, cursor = list_records(session, filters, tenant_scope=reader.tenant_scope, extra=queue_condition(minimum))
         log_access(session, reader, key=database.chain_key, action="review_queue", filters=logged_filters(filters),
                    result_count=len(rows), record_ids=[row.record.id for row in rows])
         return record_views(session.connection(), rows), cursor
@@ -97,8 +98,6 @@ def review_queue(database: Database, reader: Reader, filters: QueueFilters) -> t
 
 def submit_review(database: Database, reviewer: Reader, record_id: str, review: ReviewIn) -> dict[str, Any]:
     """Chain the review of the record's current verdicts and mark them reviewed (one transaction)."""
-    from auditor.trail.reads import RecordNotFound
-
     with database.session(write=True) as session:
         shown = get_shown(session, record_id, tenant_scope=reviewer.tenant_scope)
         if shown is None or shown.record.kind != "record":

@@ -22,7 +22,7 @@ from sqlalchemy import Connection, case, func, literal_column, or_
 
 from auditor.store.base import utcnow
 from auditor.store.database import Database
-from auditor.trail.access_log import Reader, log_access
+from auditor.trail.access_log import Reader, check_tenant_filter, log_access, logged_filters
 from auditor.trail.models import RecordVerdict
 from auditor.trail.queries import filtered_query
 from auditor.trail.schemas import RecordFilter
@@ -148,8 +148,6 @@ def window_by_group(conn: Connection, filters: RecordFilter, *, since: datetime,
 
 def read_trends(database: Database, reader: Reader, query: TrendQuery) -> dict[str, Any]:
     """The trend series on a reader's behalf, logged as a read (aggregates: no record ids)."""
-    from auditor.trail.reads import check_tenant_filter, logged_filters
-
     check_tenant_filter(database, reader, query, "trends")
     with database.session(write=True) as session:
         result = trends(session.connection(), query, tenant_scope=reader.tenant_scope)

@@ -18,7 +18,8 @@ from auditor.jobs import scoring
 from auditor.store.database import Database
 from auditor.trail import ledgers
 from auditor.trail.access_log import CliOperator
-from auditor.trail.bundle import RECORD_COLUMNS, BundleError, csv_value, write_bundle
+from auditor.trail.bundle import BundleError, csv_value, write_bundle
+from auditor.trail.bundle_columns import RECORD_COLUMNS
 from auditor.trail.schemas import RecordFilter
 from auditor.trail.verify_bundle import LEDGERS as CHECKER_LEDGERS
 from auditor.trail.witness import FileWitness, WitnessPublisher

@@ -117,16 +117,12 @@ def _point(row: Any, group_by: list[str]) -> dict[str, Any]:
 
 def window_totals(conn: Connection, filters: RecordFilter, *, since: datetime, until: datetime) -> dict[str, Any]:
     """The same metrics over one window, all groups together (what alert rules test)."""
-    (point,) = window_by_group(conn, filters, since=since, until=until, group_by=[]) or [_point(_NO_ROWS, [])]
-    return point
-
-
-_NO_ROWS = {"records": 0, "supported": 0, "contradicted": 0, "unverifiable": 0, "with_contradicted": 0, "blocked": 0,
-            "critical": 0, "mean_fer": None, "scored": 0}
+    points = window_by_group(conn, filters, since=since, until=until, group_by=[], keep_empty=True)
+    return points[0]
 
 
 def window_by_group(conn: Connection, filters: RecordFilter, *, since: datetime, until: datetime,
-                    group_by: list[str]) -> list[dict[str, Any]]:
+                    group_by: list[str], keep_empty: bool = False) -> list[dict[str, Any]]:
     """The metrics over one window per group (domain, model, ...): alert rules and the /metrics gauges."""
     query = TrendQuery(**filters.model_dump(exclude_none=True, exclude={"since", "until"}),
                        since=since, until=until, bucket="day", group_by=group_by)
@@ -137,7 +133,7 @@ def window_by_group(conn: Connection, filters: RecordFilter, *, since: datetime,
         statement = statement.group_by(*groups)
     points = []
     for row in conn.execute(statement).mappings():
-        if not row["records"]:
+        if not row["records"] and not keep_empty:
             continue
         point = _point({**row, "bucket_start": since}, group_by)
         point.pop("bucket_start")

@@ -212,11 +212,13 @@ def test_api_keeps_serving_while_workers_are_down_and_work_runs_when_one_starts(
     job_id = created.json()["id"]
     time.sleep(0.5)
     waiting = client.get(f"/v1/reaudits/{job_id}").json()
-    assert waiting["status"] == "running" and waiting["progress"]["pending"] == waiting["progress"]["total"] == 1
+    # Its records are frozen by a worker (planning is background work too): nothing yet, and nothing lost.
+    assert waiting["status"] == "running" and waiting["planning"] and waiting["progress"]["total"] == 0
     assert client.get(f"/v1/audits/{audit_id}").json()["evaluations"] == []   # scoring lags
 
     workers.start("late", AUDITOR_WORKER_DISPATCH_INTERVAL_S="0.3")
     _wait(lambda: client.get(f"/v1/reaudits/{job_id}").json()["status"] == "done", "the job", workers)
+    assert client.get(f"/v1/reaudits/{job_id}").json()["progress"]["done"] == 1
     _wait(lambda: len(client.get(f"/v1/audits/{audit_id}").json()["evaluations"]) == 2,
           "live scoring from the outbox", workers)
     kinds = sorted(e["job_id"] or "live" for e in client.get(f"/v1/audits/{audit_id}").json()["evaluations"])

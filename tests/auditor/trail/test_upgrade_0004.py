@@ -28,7 +28,7 @@ def _old_store(database: Database) -> tuple[list[str], str]:
                       "domain": "finance", "endpoint": "import" if i == 2 else "chat", "content_mode": "raw",
                       "output": f"Statement {i}.", "claims": [{"verdict": "supported", "text": f"Statement {i}."}],
                       "gate_decisions": [{"stage": "output", "rule_id": "r", "action": "allow", "reason": "ok"}],
-                      "n_supported": 1, "n_contradicted": 0, "n_unverifiable": 0, "fer": 0.0,
+                      "n_supported": 1, "n_contradicted": 0, "n_unverifiable": 0, "fer": 0.0, "gate_action": "allow",
                       "details": {"timestamp": "2026-06-01T09:00:00+00:00"} if i == 2 else None}
             RECORDS.fill_sensitive_digests(values)
             chain_entries(conn, RECORDS, [values], hmac_key=key.hmac_key, checkpoint_interval=key.checkpoint_interval)

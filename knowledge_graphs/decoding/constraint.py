@@ -69,7 +69,7 @@ from engine.kernels.dispatch import apply_token_bitmask
 from engine.outputs import ProcessorEvent
 from engine.processors.logits_process import LogitsProcessor
 from engine.sampling_params import InvalidRequestError, SamplingParams
-from knowledge_graphs.decoding.constraint_masks import AllowedView, DecodeState, DomainMasks
+from knowledge_graphs.decoding.constraint_masks import AllowedView, CacheLimits, DecodeState, DomainMasks
 from knowledge_graphs.decoding.surface_guard import GuardState, fold
 from knowledge_graphs.decoding.vocab_text import token_bytes
 from knowledge_graphs.model import KnowledgeGraph
@@ -168,7 +168,9 @@ class KGConstraintProcessor(LogitsProcessor):
     def __init__(
         self, tokenizer: Tokenizer | Any, *, vocab_size: int, eos_token_ids: Iterable[int],
         kgs: Mapping[str, KnowledgeGraph] | None = None, types: Mapping[str, Collection[str]] | None = None,
+        limits: CacheLimits | None = None,
     ) -> None:
+        self.limits = limits or CacheLimits()
         # accept engine.tokenizer.Tokenizer (which wraps a `tokenizers` backend) as well
         self.tokenizer: Tokenizer = getattr(tokenizer, "backend", tokenizer)
         self.vocab_size = vocab_size
@@ -189,11 +191,20 @@ class KGConstraintProcessor(LogitsProcessor):
             if kg.domain not in DOMAIN_DEFAULTS:
                 raise ValueError(f"no default constrained types for domain {kg.domain!r}: pass types=")
             types = DOMAIN_DEFAULTS[kg.domain].types
-        self.domains[domain] = DomainMasks(kg, types, self.tokenizer, self.token_texts, self.eos_token_ids)
+        self.domains[domain] = DomainMasks(kg, types, self.tokenizer, self.token_texts, self.eos_token_ids,
+                                            self.limits)
 
     # -- protocol -------------------------------------------------------------------------------
     def validate_params(self, params: SamplingParams) -> None:
         self._parse(params)
+
+    def prepare(self, params: SamplingParams) -> None:
+        """Build the request's allowed-set view before admission (12-18 ms for a new set on the demo KGs),
+        so the step that admits it finds it cached instead of stalling the whole batch."""
+        parsed = self._parse(params)
+        if parsed is not None:
+            domain, ids = parsed
+            domain.view(ids)
 
     def _parse(self, params: SamplingParams) -> tuple[DomainMasks, list[str]] | None:
         args = params.extra_args.get(self.name)

@@ -14,7 +14,8 @@ all views of a domain.
 from __future__ import annotations
 
 import sys
-from collections import deque
+import threading
+from collections import OrderedDict, deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -39,10 +40,18 @@ from knowledge_graphs.decoding.vocab_guard import SurfaceGuard
 from knowledge_graphs.linking import MIN_FORM_CHARS
 from knowledge_graphs.model import KnowledgeGraph, normalise_alias
 
-MAX_VIEWS = 256            # allowed sets kept per domain (least recently built dropped first)
-MAX_MASKS_PER_VIEW = 50_000
 MAX_PLAIN_STEPS = 500_000
 MAX_CACHED_ENCODINGS = 50_000   # entities
+
+
+@dataclass(frozen=True, slots=True)
+class CacheLimits:
+    """How much a long-running engine keeps: least recently used entries go first (the service sizes these
+    from its settings). Every allowed set a prompt links to is a new view, so without a bound the cache
+    grows with traffic."""
+
+    views: int = 64               # allowed sets kept per domain
+    masks_per_view: int = 4096    # decoding states (their masks and transitions) kept per allowed set
 
 
 def pack_allowed(allowed: np.ndarray, vocab_size: int) -> torch.Tensor:
@@ -116,9 +125,10 @@ class DecodeState:
 class DomainMasks:
     def __init__(
         self, kg: KnowledgeGraph, types: Collection[str], tokenizer: Tokenizer, token_texts: Sequence[str],
-        eos_token_ids: Collection[int],
+        eos_token_ids: Collection[int], limits: CacheLimits | None = None,
     ) -> None:
         self.kg = kg
+        self.limits = limits or CacheLimits()
         self.types = frozenset(types)
         self.vocab_size = len(token_texts)
         self.entity_ids = frozenset(e.id for t in self.types for e in kg.entities(t))
@@ -143,18 +153,32 @@ class DomainMasks:
         # A token that begins with a word boundary can close a mention (or start a new one anywhere).
         self.boundary_start: list[bool] = [f.startswith(SPACE) for f in folded]
         self.eos_ids = np.array(sorted({i for i in eos_token_ids if 0 <= i < self.vocab_size}), dtype=np.int64)
-        self._views: dict[frozenset[str], AllowedView] = {}
-        # for `_without`; all False between uses (the engine calls a processor from one thread)
-        self.scratch = np.zeros(self.vocab_size, dtype=bool)
+        self._views: OrderedDict[frozenset[str], AllowedView] = OrderedDict()   # LRU
+        self._views_lock = threading.Lock()   # views are built off the step thread (`prepare`)
+        self._scratch = threading.local()
         # per boundary flag: the token's text closes no match (no boundary after its leading ones)
         self._closes_nothing = {False: [SPACE not in f for f in folded],
                                 True: [SPACE not in f.lstrip(SPACE) for f in folded]}
         self._plain_steps: dict[tuple[GuardState, int], GuardState] = {}   # memo of `step`, all views
         self._encodings: dict[str, list[list[int]]] = {}                     # memo of `encodings`
+        self._encodings_lock = threading.Lock()
+
+    @property
+    def scratch(self) -> np.ndarray:
+        """For `_without`: a bool [vocab] array, all False between uses, one per thread (views are
+        built on the engine's input thread while the step thread computes masks)."""
+        found = getattr(self._scratch, "array", None)
+        if found is None:
+            found = self._scratch.array = np.zeros(self.vocab_size, dtype=bool)
+        return found
 
     def encodings(self, entity_ids: Collection[str]) -> list[tuple[str, list[int]]]:
         """(entity id, token ids) of every variant of every form of `entity_ids` (`encode_forms`),
         encoded once per domain: allowed sets overlap, and encoding is most of a view's build."""
+        with self._encodings_lock:   # two threads may build views at once (see `view`)
+            return self._encodings_locked(entity_ids)
+
+    def _encodings_locked(self, entity_ids: Collection[str]) -> list[tuple[str, list[int]]]:
         missing = sorted(i for i in entity_ids if i not in self._encodings)
         if missing:
             if len(self._encodings) > MAX_CACHED_ENCODINGS:
@@ -180,13 +204,25 @@ class DomainMasks:
         return advance_checked(self.name_trie, guard, self.token_folded[token_id], allowed)
 
     def view(self, allowed_ids: Collection[str]) -> AllowedView:
+        """The view of one allowed set, built on first use and kept while recently used (`CacheLimits.views`).
+        A request holds its view for its whole life, so dropping one from the cache never disturbs it."""
         key = frozenset(allowed_ids) & self.entity_ids
-        found = self._views.get(key)
-        if found is None:
-            if len(self._views) >= MAX_VIEWS:
-                self._views.pop(next(iter(self._views)))
-            found = self._views[key] = AllowedView(self, key)
+        with self._views_lock:
+            found = self._views.get(key)
+            if found is not None:
+                self._views.move_to_end(key)
+                return found
+        built = AllowedView(self, key)   # outside the lock: the step thread may need another view meanwhile
+        with self._views_lock:
+            found = self._views.setdefault(key, built)
+            self._views.move_to_end(key)
+            while len(self._views) > self.limits.views:
+                self._views.popitem(last=False)
         return found
+
+    @property
+    def cached_views(self) -> int:
+        return len(self._views)
 
     def advance_guard(self, guard: GuardState, text: str) -> tuple[GuardState, list[tuple[int, ...]]]:
         return advance(self.name_trie, guard, text)
@@ -209,7 +245,7 @@ class AllowedView:
         self._both = {b: np.union1d(self._static[b], self._root_blocked[b]) for b in (False, True)}
         self._root_off_mention: dict[tuple[int, bool], np.ndarray] = {}   # root rule minus a node's live continuations
         self._live_tokens: dict[int, np.ndarray] = {}   # token-trie node -> its live continuations
-        self._masks: dict[DecodeState, CachedMask] = {}
+        self._masks: OrderedDict[DecodeState, CachedMask] = OrderedDict()   # LRU
         # outside a mention with no match open, the mask depends on the boundary flag alone
         self._plain = {b: CachedMask(self.blocked(DecodeState(None, GuardState(boundary=b))), domain.vocab_size)
                        for b in (False, True)}
@@ -243,7 +279,7 @@ class AllowedView:
             key = (state, token_id)
             found = self._transitions.get(key)
             if found is None:
-                if len(self._transitions) >= MAX_MASKS_PER_VIEW:
+                if len(self._transitions) >= self.domain.limits.masks_per_view:
                     self._transitions.clear()
                 found = self._transitions[key] = self._next_state(state, token_id, folded)
             return found
@@ -328,17 +364,19 @@ class AllowedView:
         return self.entry(state).packed
 
     def entry(self, state: DecodeState) -> CachedMask:
-        found = self._masks.get(state)
+        masks = self._masks
+        found = masks.get(state)
         if found is not None:
+            masks.move_to_end(state)
             return found
         guard = state.guard
         if state.trie_node is None and not guard.nodes and guard.carriers is None:
             found = self._plain[guard.boundary]   # nothing open, and EOS closes nothing
         else:
             found = CachedMask(self.blocked(state), self.domain.vocab_size)
-        if len(self._masks) >= MAX_MASKS_PER_VIEW:
-            self._masks.clear()
-        self._masks[state] = found
+        masks[state] = found
+        if len(masks) > self.domain.limits.masks_per_view:
+            masks.popitem(last=False)
         return found
 
     def explain(self, state: DecodeState, token_id: int, text: str) -> list[str]:

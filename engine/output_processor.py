@@ -11,7 +11,14 @@ import time
 from dataclasses import dataclass, field
 
 from engine.detokenizer import IncrementalDetokenizer
-from engine.outputs import OUTPUT_KINDS, EngineCoreOutput, ProcessorEvent, RequestOutput, RequestStats, TokenLogprob
+from engine.outputs import (
+    OUTPUT_KINDS,
+    EngineCoreOutput,
+    ProcessorEvent,
+    RequestOutput,
+    RequestStats,
+    TokenLogprob,
+)
 from engine.sampling_params import InvalidRequestError, SamplingParams
 from engine.tokenizer import Tokenizer
 

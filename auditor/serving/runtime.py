@@ -3,19 +3,23 @@ the domain KGs (for entity linking) and the rule-pack validators (the output gat
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from auditor.gate.gate import GateDecision, Verification
 from auditor.serving.knowledge import KgConstraint
 from engine.async_engine import AsyncLLMEngine
-from engine.loader import generation_eos_ids, load_model_config
+from engine.config import EngineConfig
+from engine.core_client import EngineCoreClient
+from engine.llm_engine import LLMEngine, load_tokenizer
+from engine.loader import load_model_config
 from engine.processors.json_mode import JsonModeProcessor
-from engine.tokenizer import Tokenizer
 from knowledge_graphs import KnowledgeGraph, load_kg
 from knowledge_graphs.decoding.constraint import DOMAIN_DEFAULTS, KGConstraintProcessor, allowed_entities
+from knowledge_graphs.decoding.constraint_masks import CacheLimits
 from knowledge_graphs.linking import get_linker
 from rules import EmptyTextError, Report, load_pack
 from rules import verify as rules_verify
@@ -23,7 +27,7 @@ from rules import verify as rules_verify
 logger = logging.getLogger("auditor")
 
 
-class EngineUnavailable(RuntimeError):
+class EngineLoadError(RuntimeError):
     """The inference engine could not be loaded (no model at the configured path, unreadable checkpoint)."""
 
 
@@ -31,19 +35,40 @@ def load_kgs(domains: Iterable[str]) -> dict[str, KnowledgeGraph]:
     return {domain: load_kg(domain) for domain in domains}
 
 
-def load_engine(path: Path, kgs: Mapping[str, KnowledgeGraph]) -> AsyncLLMEngine:
-    """The async engine for a checkpoint folder, with JSON mode and one KG-constraint processor for all domains."""
+def build_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], *,
+                 limits: CacheLimits | None = None, index_cache_dir: Path | None = None,
+                 config: EngineConfig | None = None) -> LLMEngine:
+    """The engine for a checkpoint folder, with JSON mode and one KG-constraint processor for all domains.
+
+    Module-level and picklable with its arguments: it is what the engine-core process runs to build its
+    engine. `kgs` may be domain names, loaded here (in that process) rather than sent across."""
     if not path.is_dir():
-        raise EngineUnavailable(f"no model at {path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
+        raise EngineLoadError(f"no model at {path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
+    if not isinstance(kgs, Mapping):
+        kgs = load_kgs(kgs)
     model_config = load_model_config(path)
-    eos_ids = list(dict.fromkeys(generation_eos_ids(path) + model_config.eos_token_ids))
-    tokenizer = Tokenizer.from_dir(path, eos_ids)
+    tokenizer = load_tokenizer(path, model_config)
     processors = [
         JsonModeProcessor(tokenizer.backend, vocab_size=model_config.vocab_size, eos_token_ids=tokenizer.eos_token_ids),
         KGConstraintProcessor(tokenizer, vocab_size=model_config.vocab_size, eos_token_ids=tokenizer.eos_token_ids,
-                              kgs=dict(kgs)),
+                              kgs=dict(kgs), limits=limits, index_cache_dir=index_cache_dir),
     ]
-    return AsyncLLMEngine.from_pretrained(path, logits_processors=processors)
+    return LLMEngine.from_pretrained(path, config, logits_processors=processors)
+
+
+def load_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], *, process: bool = False,
+                limits: CacheLimits | None = None, index_cache_dir: Path | None = None,
+                config: EngineConfig | None = None) -> AsyncLLMEngine | EngineCoreClient:
+    """The async engine: in this process (`process=False`), or an engine core in its own process, launched
+    now and ready once `await engine.start()` returns (meanwhile the caller may load other things)."""
+    if not path.is_dir():
+        raise EngineLoadError(f"no model at {path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
+    build = functools.partial(build_engine, path, kgs, limits=limits, index_cache_dir=index_cache_dir, config=config)
+    if not process:
+        return AsyncLLMEngine(build())
+    client = EngineCoreClient(build, load_tokenizer(path))
+    client.launch()
+    return client
 
 
 class KgKnowledge:

@@ -59,6 +59,7 @@ from __future__ import annotations
 import codecs
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -69,7 +70,14 @@ from engine.kernels.dispatch import apply_token_bitmask
 from engine.outputs import ProcessorEvent
 from engine.processors.logits_process import LogitsProcessor
 from engine.sampling_params import InvalidRequestError, SamplingParams
-from knowledge_graphs.decoding.constraint_masks import AllowedView, CacheLimits, DecodeState, DomainMasks
+from knowledge_graphs.decoding.constraint_masks import (
+    AllowedView,
+    CacheLimits,
+    DecodeState,
+    DomainMasks,
+    compile_domain,
+)
+from knowledge_graphs.decoding.index_cache import cache_key, load_or_compile
 from knowledge_graphs.decoding.surface_guard import GuardState, fold
 from knowledge_graphs.decoding.vocab_text import token_bytes
 from knowledge_graphs.model import KnowledgeGraph
@@ -168,9 +176,11 @@ class KGConstraintProcessor(LogitsProcessor):
     def __init__(
         self, tokenizer: Tokenizer | Any, *, vocab_size: int, eos_token_ids: Iterable[int],
         kgs: Mapping[str, KnowledgeGraph] | None = None, types: Mapping[str, Collection[str]] | None = None,
-        limits: CacheLimits | None = None,
+        limits: CacheLimits | None = None, index_cache_dir: Path | None = None,
     ) -> None:
+        """index_cache_dir: where compiled domain indices are kept between starts (None: compile every time)."""
         self.limits = limits or CacheLimits()
+        self.index_cache_dir = index_cache_dir
         # accept engine.tokenizer.Tokenizer (which wraps a `tokenizers` backend) as well
         self.tokenizer: Tokenizer = getattr(tokenizer, "backend", tokenizer)
         self.vocab_size = vocab_size
@@ -191,8 +201,12 @@ class KGConstraintProcessor(LogitsProcessor):
             if kg.domain not in DOMAIN_DEFAULTS:
                 raise ValueError(f"no default constrained types for domain {kg.domain!r}: pass types=")
             types = DOMAIN_DEFAULTS[kg.domain].types
+        has_word_chars = [f.strip() != "" for f in self.token_folded]
+        key = cache_key(kg, types, self.tokenizer, self.vocab_size)
+        compiled = load_or_compile(self.index_cache_dir, domain, key, lambda: compile_domain(
+            kg, frozenset(types), self.tokenizer, self.token_texts, has_word_chars))
         self.domains[domain] = DomainMasks(kg, types, self.tokenizer, self.token_texts, self.eos_token_ids,
-                                            self.limits)
+                                            self.limits, compiled)
 
     # -- protocol -------------------------------------------------------------------------------
     def validate_params(self, params: SamplingParams) -> None:

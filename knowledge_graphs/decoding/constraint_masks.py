@@ -18,6 +18,7 @@ import threading
 from collections import OrderedDict, deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -122,34 +123,52 @@ class DecodeState:
     guard: GuardState
 
 
+COMPILED_PARTS = ("entity_ids", "forms_by_entity", "name_trie", "guard", "index")
+
+
+def compile_domain(kg: KnowledgeGraph, types: Collection[str], tokenizer: Tokenizer, token_texts: Sequence[str],
+                   has_word_chars: Sequence[bool]) -> dict[str, Any]:
+    """The expensive, allowed-set-independent part of a domain (seconds): the character trie of every
+    constrained surface form, the vocabulary guard's walk records, and the index of every entity encoding.
+    Plain data, so it can be cached on disk (`COMPILED_PARTS` are its keys)."""
+    entity_ids = frozenset(e.id for t in types for e in kg.entities(t))
+    forms: dict[str, list[str]] = {}
+    forms_by_entity: dict[str, list[str]] = {}
+    for entity_id in sorted(entity_ids):
+        entity = kg.entity(entity_id)
+        assert entity is not None
+        kept = [(f, key) for f in entity.surface_forms if len(key := normalise_alias(f)) >= MIN_FORM_CHARS]
+        forms_by_entity[entity_id] = [f for f, _ in kept]
+        for _, key in kept:
+            forms.setdefault(key, []).append(entity_id)
+    name_trie = NameTrie(forms)
+    return {"entity_ids": entity_ids, "forms_by_entity": forms_by_entity, "name_trie": name_trie,
+            "guard": SurfaceGuard(name_trie, token_texts),
+            "index": EncodingIndex(encode_forms(tokenizer, forms_by_entity, has_word_chars))}
+
+
 class DomainMasks:
     def __init__(
         self, kg: KnowledgeGraph, types: Collection[str], tokenizer: Tokenizer, token_texts: Sequence[str],
-        eos_token_ids: Collection[int], limits: CacheLimits | None = None,
+        eos_token_ids: Collection[int], limits: CacheLimits | None = None, compiled: dict[str, Any] | None = None,
     ) -> None:
+        """compiled: what `compile_domain` returns for this (KG, types, tokenizer), e.g. read back from the
+        on-disk index cache (`knowledge_graphs.decoding.index_cache`); built here when not given."""
         self.kg = kg
         self.limits = limits or CacheLimits()
         self.types = frozenset(types)
         self.vocab_size = len(token_texts)
-        self.entity_ids = frozenset(e.id for t in self.types for e in kg.entities(t))
-        forms: dict[str, list[str]] = {}
-        forms_by_entity: dict[str, list[str]] = {}
-        for entity_id in sorted(self.entity_ids):
-            entity = kg.entity(entity_id)
-            assert entity is not None
-            kept = [(f, key) for f in entity.surface_forms if len(key := normalise_alias(f)) >= MIN_FORM_CHARS]
-            forms_by_entity[entity_id] = [f for f, _ in kept]
-            for _, key in kept:
-                forms.setdefault(key, []).append(entity_id)
         self.tokenizer = tokenizer
         self.token_texts = token_texts
-        self.forms_by_entity = forms_by_entity
-        self.name_trie = NameTrie(forms)
-        self.guard = SurfaceGuard(self.name_trie, token_texts)
         folded = [fold(t) for t in token_texts]
-        self.token_folded = folded
         self.has_word_chars = [f.strip() != "" for f in folded]
-        self.index = EncodingIndex(encode_forms(tokenizer, forms_by_entity, self.has_word_chars))
+        compiled = compiled or compile_domain(kg, self.types, tokenizer, token_texts, self.has_word_chars)
+        self.entity_ids: frozenset[str] = compiled["entity_ids"]
+        self.forms_by_entity: dict[str, list[str]] = compiled["forms_by_entity"]
+        self.name_trie: NameTrie = compiled["name_trie"]
+        self.guard: SurfaceGuard = compiled["guard"]
+        self.index: EncodingIndex = compiled["index"]
+        self.token_folded = folded
         # A token that begins with a word boundary can close a mention (or start a new one anywhere).
         self.boundary_start: list[bool] = [f.startswith(SPACE) for f in folded]
         self.eos_ids = np.array(sorted({i for i in eos_token_ids if 0 <= i < self.vocab_size}), dtype=np.int64)

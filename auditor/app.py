@@ -48,21 +48,18 @@ logger = logging.getLogger("auditor")
 def _load_runtime(settings: Settings) -> tuple[Any, Verifier, Knowledge]:
     """Engine, validators and KGs for production. Imported here: they pull in torch, xgrammar and the KGs."""
     from auditor.serving import runtime
-    from engine.config import EngineConfig
-    from knowledge_graphs.decoding.constraint_masks import CacheLimits
 
-    limits = CacheLimits(views=settings.kg_constraint_views, masks_per_view=settings.kg_constraint_masks_per_view)
-    config = EngineConfig(num_threads=settings.engine_threads)
+    options = runtime.engine_options(settings)
     path = settings.resolved_model_path()
-    if settings.engine_process:
-        # Launched first: the core process loads the model and compiles its constraint while this one loads the
-        # KGs for linking and the validators.
-        engine = runtime.load_engine(path, list(settings.domains), process=True, limits=limits,
-                                     index_cache_dir=settings.index_cache_dir, config=config)
+    if settings.engine_address or settings.engine_process:
+        # Launched (or joined) first: the core process loads the model and its constraint while this one
+        # loads the KGs for linking and the validators.
+        engine = runtime.load_engine(path, list(settings.domains), process=True, address=settings.engine_address,
+                                     **options)
         kgs = runtime.load_kgs(settings.domains)
     else:
         kgs = runtime.load_kgs(settings.domains)
-        engine = runtime.load_engine(path, kgs, limits=limits, index_cache_dir=settings.index_cache_dir, config=config)
+        engine = runtime.load_engine(path, kgs, **options)
     verifier = runtime.RulesVerifier(kgs)
     verifier.warm_up()
     # The KGs, tries, walk records and rule packs live as long as the process: take them out of the

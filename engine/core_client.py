@@ -8,6 +8,11 @@ strings and fills logprob texts, so detokenisation never stalls the step loop.
 If the core process dies, every request in flight ends with EngineDeadError at once, and a new core is
 started; until it is ready, new requests fail at once with EngineDeadError too (nothing waits on a dead
 process).
+
+`EngineCoreClient.connect(address, tokenizer)` joins a core that runs on its own (`auditor engine-core`), which
+several API processes may share. Such a core is not ours to restart: its heartbeat (a stats report at least
+once a second) is watched instead, and when it stops, requests in flight fail and the client keeps saying hello
+until a core answers at that address again.
 """
 
 from __future__ import annotations
@@ -42,11 +47,17 @@ logger = logging.getLogger("engine.client")
 
 
 class EngineCoreClient:
-    def __init__(self, builder: Callable[[], LLMEngine], tokenizer: Tokenizer, *, restart: bool = True,
-                 startup_timeout_s: float = 600.0, restart_backoff_s: float = 1.0) -> None:
+    def __init__(self, builder: Callable[[], LLMEngine] | None, tokenizer: Tokenizer, *, restart: bool = True,
+                 startup_timeout_s: float = 600.0, restart_backoff_s: float = 1.0,
+                 heartbeat_timeout_s: float = 10.0) -> None:
         """builder: picklable (a module-level function or a functools.partial of one); it runs in the core
-        process and returns the LLMEngine to serve. tokenizer: the same checkpoint's, for this side."""
+        process and returns the LLMEngine to serve (None: see `connect`). tokenizer: the same checkpoint's."""
         self.builder = builder
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self._external_address: str | None = None
+        self._last_message = 0.0
+        self._info_arrived: asyncio.Event | None = None
+        self._watchdog_task: asyncio.Task[None] | None = None
         self.tokenizer = tokenizer
         self.restart = restart
         self.startup_timeout_s = startup_timeout_s
@@ -74,6 +85,13 @@ class EngineCoreClient:
         self._restart_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
+    @classmethod
+    def connect(cls, address: str, tokenizer: Tokenizer, **kwargs: Any) -> EngineCoreClient:
+        """A client of a core that runs on its own at `address` (e.g. ipc:///run/auditor/engine)."""
+        client = cls(None, tokenizer, restart=False, **kwargs)
+        client._external_address = address
+        return client
+
     # ---- what the service reads ------------------------------------------------------------------
 
     @property
@@ -95,7 +113,7 @@ class EngineCoreClient:
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        return self._proc.pid if self._proc is not None else self.info.get("pid")
 
     def stats(self) -> dict[str, Any]:
         """The core's counters as of its latest report (sent twice a second while it works, and when idle)."""
@@ -129,9 +147,58 @@ class EngineCoreClient:
             self._output.bind(self._output_address)
         if self._reader_task is None or self._reader_task.done():
             self._reader_task = asyncio.create_task(self._read_outputs(), name="engine-core-outputs")
+        if self._external_address is not None:
+            await self._join_external()
+            return
         self.launch()
         await asyncio.to_thread(self._wait_ready)
         self._connect()
+
+    async def _join_external(self) -> None:
+        """Say hello until the core answers with its info (a core started later is waited for)."""
+        assert self._external_address is not None
+        self._input_address = self._external_address
+        self._info_arrived = asyncio.Event()
+        deadline = time.monotonic() + self.startup_timeout_s
+        while True:
+            self._open_input()
+            try:
+                await asyncio.wait_for(self._info_arrived.wait(), 1.0)
+                break
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    raise EngineDeadError(f"no engine core answers at {self._external_address}") from None
+        self._available = True
+        self._last_message = time.monotonic()
+        if self._watchdog_task is None or self._watchdog_task.done():
+            self._watchdog_task = asyncio.create_task(self._watch_heartbeat(), name="engine-core-heartbeat")
+        logger.info("joined engine core at %s (pid %s)", self._external_address, self.info.get("pid"))
+
+    async def _watch_heartbeat(self) -> None:
+        """A shared core: lost when it stops reporting (or says it died); then say hello until one answers."""
+        assert self._info_arrived is not None
+        while not self._closing:
+            if self._available:
+                await asyncio.sleep(self.heartbeat_timeout_s / 4)
+                if time.monotonic() - self._last_message >= self.heartbeat_timeout_s:
+                    self._lose_external(f"engine core stopped answering for {self.heartbeat_timeout_s:.0f} s")
+                continue
+            self._info_arrived.clear()
+            self._open_input()
+            try:
+                await asyncio.wait_for(self._info_arrived.wait(), 1.0)
+            except TimeoutError:
+                continue
+            self._last_message = time.monotonic()
+            self._available = True
+            self.restarts += 1
+            logger.info("engine core at %s answers again (pid %s)", self._external_address, self.info.get("pid"))
+
+    def _lose_external(self, reason: str) -> None:
+        self._available = False
+        self._unavailable_reason = f"{reason}; reconnecting to {self._external_address}"
+        logger.error("%s", self._unavailable_reason)
+        self._fail_all(EngineDeadError(reason))
 
     def _wait_ready(self) -> None:
         assert self._proc is not None and self._ready is not None
@@ -154,8 +221,8 @@ class EngineCoreClient:
             raise EngineDeadError(f"engine core failed to start: {detail}")
         self.info = detail
 
-    def _connect(self) -> None:
-        assert self._proc is not None and self._loop is not None
+    def _open_input(self) -> None:
+        """A fresh DEALER to the core's input (nothing queued for a dead core is sent to the next), and hello."""
         if self._input is not None:
             self._input.close(linger=0)
         self._input = self._sync_context.socket(zmq.DEALER)
@@ -164,6 +231,10 @@ class EngineCoreClient:
         self._input.setsockopt(zmq.SNDHWM, 0)
         self._input.connect(self._input_address)
         self._input.send(pack(["hello", self._output_address]))
+
+    def _connect(self) -> None:
+        assert self._proc is not None and self._loop is not None
+        self._open_input()
         self._loop.add_reader(self._proc.sentinel, self._on_core_exit, self._proc)
         self._available = True
         logger.info("engine core %d ready (pid %s)", self._incarnation, self._proc.pid)
@@ -172,12 +243,12 @@ class EngineCoreClient:
         self._closing = True
         self._available = False
         self._unavailable_reason = "engine shut down"
-        for task in (self._restart_task, self._reader_task):
+        for task in (self._restart_task, self._reader_task, self._watchdog_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        self._restart_task = self._reader_task = None
+        self._restart_task = self._reader_task = self._watchdog_task = None
         proc = self._proc
         if proc is not None:
             if self._loop is not None:
@@ -254,6 +325,7 @@ class EngineCoreClient:
         assert self._output is not None
         while True:
             message = unpack(await self._output.recv())
+            self._last_message = time.monotonic()
             kind = message[0]
             if kind == "out":
                 processed = self._processor.process([output_from_wire(values) for values in message[1]])
@@ -269,9 +341,16 @@ class EngineCoreClient:
                     queue.put_nowait(InvalidRequestError(message[2]))
             elif kind == "stats":
                 self._stats = message[1]
+            elif kind == "info":
+                self.info = message[1]
+                if self._info_arrived is not None:
+                    self._info_arrived.set()
             elif kind == "dead":
-                logger.error("%s", message[1])
-                self._fail_all(EngineDeadError(message[1]))
+                if self._external_address is not None:
+                    self._lose_external(message[1])
+                else:   # ours: its exit restarts it (`_on_core_exit`)
+                    logger.error("%s", message[1])
+                    self._fail_all(EngineDeadError(message[1]))
 
     def _fail_all(self, error: EngineDeadError) -> None:
         for request_id, queue in list(self._queues.items()):

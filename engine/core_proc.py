@@ -46,20 +46,21 @@ def run_engine_core(builder: Callable[[], LLMEngine], input_address: str, ready:
     try:
         engine = builder()
         core = EngineCoreProc(engine, input_address, stats_interval_s=stats_interval_s,
-                              trim_interval_s=trim_interval_s)
+                              trim_interval_s=trim_interval_s, watch_parent=True)
     except BaseException as exc:  # noqa: BLE001 - the parent must hear why, not wait for a timeout
         ready.send(("failed", f"{type(exc).__name__}: {exc}"))
         ready.close()
         sys.exit(1)
-    ready.send(("ready", {"model_id": engine.model_id, "checkpoint_hash": engine.checkpoint_hash,
-                          "max_model_len": engine.max_model_len, "pid": os.getpid()}))
+    ready.send(("ready", core.info))
     ready.close()
     sys.exit(core.run())
 
 
 class EngineCoreProc:
     def __init__(self, engine: LLMEngine, input_address: str, *, stats_interval_s: float = 0.5,
-                 trim_interval_s: float = 30.0) -> None:
+                 trim_interval_s: float = 30.0, watch_parent: bool = False) -> None:
+        """watch_parent: stop when the process that started this one is gone (a core an API process owns);
+        a standalone core (`auditor engine-core`) serves whoever connects until it is stopped."""
         self.engine = engine
         self.stats_interval_s = stats_interval_s
         self.trim_interval_s = trim_interval_s
@@ -70,7 +71,9 @@ class EngineCoreProc:
         self.input_socket = self.context.socket(zmq.ROUTER)
         self.input_socket.setsockopt(zmq.LINGER, 0)
         self.input_socket.bind(input_address)
-        self._parent = os.getppid()
+        self._parent = os.getppid() if watch_parent else None
+        self.info = {"model_id": engine.model_id, "checkpoint_hash": engine.checkpoint_hash,
+                     "max_model_len": engine.max_model_len, "pid": os.getpid()}
 
     # ---- the step loop (main thread) -------------------------------------------------------------
 
@@ -88,19 +91,23 @@ class EngineCoreProc:
                     active = True
                 now = time.monotonic()
                 idle = not self.engine.has_unfinished()
-                if active and (idle or now - last_stats >= self.stats_interval_s):
+                # the stats double as a heartbeat: at least once a second, even with nothing to run
+                if (active and (idle or now - last_stats >= self.stats_interval_s)) or now - last_stats >= 1.0:
                     self.outputs.put(("broadcast", ["stats", _scalar_stats(self.engine.stats())]))
                     last_stats, active = now, not idle
                 if now - last_trim >= self.trim_interval_s:
                     malloc_trim()   # hand freed pages back to the OS (a few ms, twice a minute)
                     last_trim = now
         except BaseException as exc:  # noqa: BLE001 - every client must hear that the core died
-            message = f"engine core step failed: {type(exc).__name__}: {exc}"
-            traceback.print_exc()
+            if isinstance(exc, KeyboardInterrupt):
+                message = "engine core stopped"
+            else:
+                message = f"engine core step failed: {type(exc).__name__}: {exc}"
+                traceback.print_exc()
             self.outputs.put(("broadcast", ["dead", message]))
             self.outputs.put(_SHUTDOWN)
             time.sleep(0.2)   # let the output thread send it
-            return 1
+            return 0 if isinstance(exc, KeyboardInterrupt) else 1
         finally:
             self.outputs.put(_SHUTDOWN)
 
@@ -150,7 +157,7 @@ class EngineCoreProc:
         poller.register(self.input_socket, zmq.POLLIN)
         while True:
             if not poller.poll(1000):
-                if os.getppid() != self._parent:   # the API process is gone: nobody will read our outputs
+                if self._parent is not None and os.getppid() != self._parent:   # our API process is gone
                     self.inputs.put(("shutdown",))
                     return
                 continue
@@ -163,6 +170,7 @@ class EngineCoreProc:
                 self.inputs.put(("abort", message[1], message[2]))
             elif kind == "hello":
                 self.outputs.put(("connect", identity, message[1]))
+                self.outputs.put(("send", identity, ["info", self.info]))
             elif kind == "shutdown":
                 self.inputs.put(("shutdown",))
                 return
@@ -188,6 +196,8 @@ class EngineCoreProc:
             kind = item[0]
             if kind == "connect":
                 _, identity, address = item
+                if identity in clients:   # the client says hello again (it reconnects): a fresh socket
+                    clients.pop(identity).close()
                 socket = self.context.socket(zmq.PUSH)
                 socket.setsockopt(zmq.LINGER, 1000)
                 socket.connect(address)

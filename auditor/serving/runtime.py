@@ -11,6 +11,7 @@ from typing import Any
 
 from auditor.gate.gate import GateDecision, Verification
 from auditor.serving.knowledge import KgConstraint
+from auditor.settings import Settings
 from engine.async_engine import AsyncLLMEngine
 from engine.config import EngineConfig
 from engine.core_client import EngineCoreClient
@@ -35,6 +36,14 @@ def load_kgs(domains: Iterable[str]) -> dict[str, KnowledgeGraph]:
     return {domain: load_kg(domain) for domain in domains}
 
 
+def engine_options(settings: Settings) -> dict[str, Any]:
+    """build_engine's keyword arguments from the settings: cache limits, the index cache, threads."""
+    return {"limits": CacheLimits(views=settings.kg_constraint_views,
+                                  masks_per_view=settings.kg_constraint_masks_per_view,
+                                  shared_per_domain=settings.kg_constraint_shared_per_domain),
+            "index_cache_dir": settings.index_cache_dir, "config": EngineConfig(num_threads=settings.engine_threads)}
+
+
 def build_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], *,
                  limits: CacheLimits | None = None, index_cache_dir: Path | None = None,
                  config: EngineConfig | None = None) -> LLMEngine:
@@ -57,12 +66,15 @@ def build_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], 
 
 
 def load_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], *, process: bool = False,
-                limits: CacheLimits | None = None, index_cache_dir: Path | None = None,
+                address: str | None = None, limits: CacheLimits | None = None, index_cache_dir: Path | None = None,
                 config: EngineConfig | None = None) -> AsyncLLMEngine | EngineCoreClient:
-    """The async engine: in this process (`process=False`), or an engine core in its own process, launched
-    now and ready once `await engine.start()` returns (meanwhile the caller may load other things)."""
+    """The async engine: in this process (`process=False`); an engine core in its own process, launched now
+    and ready once `await engine.start()` returns (meanwhile the caller may load other things); or, with
+    `address`, a client of a core that runs on its own there (`auditor engine-core`)."""
     if not path.is_dir():
         raise EngineLoadError(f"no model at {path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
+    if address is not None:
+        return EngineCoreClient.connect(address, load_tokenizer(path))
     build = functools.partial(build_engine, path, kgs, limits=limits, index_cache_dir=index_cache_dir, config=config)
     if not process:
         return AsyncLLMEngine(build())

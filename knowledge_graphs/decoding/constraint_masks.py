@@ -41,7 +41,6 @@ from knowledge_graphs.decoding.vocab_guard import SurfaceGuard
 from knowledge_graphs.linking import MIN_FORM_CHARS
 from knowledge_graphs.model import KnowledgeGraph, normalise_alias
 
-MAX_PLAIN_STEPS = 500_000
 MAX_CACHED_ENCODINGS = 50_000   # entities
 
 
@@ -52,7 +51,8 @@ class CacheLimits:
     grows with traffic."""
 
     views: int = 64               # allowed sets kept per domain
-    masks_per_view: int = 4096    # decoding states (their masks and transitions) kept per allowed set
+    masks_per_view: int = 4096    # decoding states (their masks, transitions, guard walks) kept per allowed set
+    shared_per_domain: int = 65_536   # guard results shared by every allowed set of a domain
 
 
 def pack_allowed(allowed: np.ndarray, vocab_size: int) -> torch.Tensor:
@@ -167,6 +167,7 @@ class DomainMasks:
         self.forms_by_entity: dict[str, list[str]] = compiled["forms_by_entity"]
         self.name_trie: NameTrie = compiled["name_trie"]
         self.guard: SurfaceGuard = compiled["guard"]
+        self.guard.max_memo, self.guard.max_walks = self.limits.shared_per_domain, self.limits.masks_per_view
         self.index: EncodingIndex = compiled["index"]
         self.token_folded = folded
         # A token that begins with a word boundary can close a mention (or start a new one anywhere).
@@ -216,7 +217,7 @@ class DomainMasks:
             key = (guard, token_id)
             found = self._plain_steps.get(key)
             if found is None:
-                if len(self._plain_steps) > MAX_PLAIN_STEPS:
+                if len(self._plain_steps) > self.limits.shared_per_domain:
                     self._plain_steps.clear()
                 found = self._plain_steps[key] = advance_folded(self.name_trie, guard, self.token_folded[token_id])[0]
             return found, False

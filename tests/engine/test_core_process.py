@@ -144,3 +144,61 @@ def test_a_core_that_cannot_start_says_why(tiny_llama, tmp_path):
             await client.shutdown()
 
     asyncio.run(main())
+
+
+def _serve_shared_core(path, address) -> None:
+    """A core on its own, as `auditor engine-core` runs one (module level: the spawned process imports it)."""
+    from engine.core_proc import EngineCoreProc
+
+    EngineCoreProc(LLMEngine.from_pretrained(path), address).run()
+
+
+def test_two_api_clients_share_a_standalone_core_and_survive_its_restart(tiny_llama, tmp_path):
+    import multiprocessing
+
+    address = f"ipc://{tmp_path}/core"
+    context = multiprocessing.get_context("spawn")
+    expected = LLMEngine.from_pretrained(tiny_llama).generate(["The patient was", "Revenue grew"], GREEDY)
+    long = SamplingParams(temperature=0, max_tokens=200, ignore_eos=True)
+
+    async def main():
+        core = context.Process(target=_serve_shared_core, args=(tiny_llama, address), daemon=True)
+        core.start()
+        clients = [EngineCoreClient.connect(address, load_tokenizer(tiny_llama), heartbeat_timeout_s=2.0)
+                   for _ in range(2)]
+        try:
+            await asyncio.gather(*(c.start() for c in clients))
+            both = await asyncio.gather(_collect(clients[0], "The patient was", GREEDY, "a"),
+                                        _collect(clients[1], "Revenue grew", GREEDY, "b"))
+            started = asyncio.Event()
+
+            async def in_flight(client, name):
+                async for _ in client.generate("The patient was", long, request_id=name, output_kind="delta"):
+                    started.set()
+
+            tasks = [asyncio.create_task(in_flight(c, f"long-{i}")) for i, c in enumerate(clients)]
+            await asyncio.wait_for(started.wait(), 30)
+            os.kill(core.pid, signal.SIGKILL)
+            failures = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 15)
+            unavailable = [not c.available for c in clients]
+            second = context.Process(target=_serve_shared_core, args=(tiny_llama, address), daemon=True)
+            second.start()
+            for _ in range(600):
+                if all(c.available for c in clients):
+                    break
+                await asyncio.sleep(0.1)
+            again = await asyncio.gather(*(_collect(c, "Revenue grew", GREEDY, f"again-{i}")
+                                           for i, c in enumerate(clients)))
+            second.kill()
+            return both, failures, unavailable, again, [c.restarts for c in clients]
+        finally:
+            for client in clients:
+                await client.shutdown()   # leaves a shared core running: not ours to stop
+            core.kill()
+
+    both, failures, unavailable, again, restarts = asyncio.run(main())
+    assert [t for o in both[0] for t in o.token_ids] == expected[0].token_ids
+    assert [t for o in both[1] for t in o.token_ids] == expected[1].token_ids
+    assert all(isinstance(f, EngineDeadError) for f in failures), failures
+    assert unavailable == [True, True] and restarts == [1, 1]
+    assert all([t for o in outs for t in o.token_ids] == expected[1].token_ids for outs in again)

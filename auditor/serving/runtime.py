@@ -4,6 +4,7 @@ the domain KGs (for entity linking) and the rule-pack validators (the output gat
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -17,8 +18,10 @@ from engine.config import EngineConfig
 from engine.core_client import EngineCoreClient
 from engine.llm_engine import LLMEngine, load_tokenizer
 from engine.loader import load_model_config
+from engine.memory import malloc_trim
 from engine.processors.json_mode import JsonModeProcessor
 from knowledge_graphs import KnowledgeGraph, load_kg
+from knowledge_graphs.registry import build_kg
 from knowledge_graphs.decoding.constraint import DOMAIN_DEFAULTS, KGConstraintProcessor, allowed_entities
 from knowledge_graphs.decoding.constraint_masks import CacheLimits
 from knowledge_graphs.linking import get_linker
@@ -53,8 +56,8 @@ def build_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], 
     engine. `kgs` may be domain names, loaded here (in that process) rather than sent across."""
     if not path.is_dir():
         raise EngineLoadError(f"no model at {path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
-    if not isinstance(kgs, Mapping):
-        kgs = load_kgs(kgs)
+    if not isinstance(kgs, Mapping):   # built, not taken from load_kg's cache: freed once compiled
+        kgs = {domain: build_kg(domain) for domain in kgs}
     model_config = load_model_config(path)
     tokenizer = load_tokenizer(path, model_config)
     processors = [
@@ -62,7 +65,11 @@ def build_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], 
         KGConstraintProcessor(tokenizer, vocab_size=model_config.vocab_size, eos_token_ids=tokenizer.eos_token_ids,
                               kgs=dict(kgs), limits=limits, index_cache_dir=index_cache_dir),
     ]
-    return LLMEngine.from_pretrained(path, config, logits_processors=processors)
+    del kgs
+    engine = LLMEngine.from_pretrained(path, config, logits_processors=processors)
+    gc.collect()
+    malloc_trim()   # what building the KGs and compiling left behind
+    return engine
 
 
 def load_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], *, process: bool = False,

@@ -232,8 +232,8 @@ class KGConstraintProcessor(LogitsProcessor):
         ids = args.get("allowed_entity_ids")
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise KGConstraintError("kg_constraint.allowed_entity_ids must be a list of entity id strings")
-        kg = self.domains[domain].kg
-        unknown = [i for i in ids if kg.entity(i) is None]
+        known = self.domains[domain].known_entity_ids
+        unknown = [i for i in ids if i not in known]
         if unknown:
             raise KGConstraintError(f"kg_constraint.allowed_entity_ids not in the {domain} KG: {unknown[:5]}")
         return self.domains[domain], ids

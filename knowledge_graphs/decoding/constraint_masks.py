@@ -154,7 +154,10 @@ class DomainMasks:
     ) -> None:
         """compiled: what `compile_domain` returns for this (KG, types, tokenizer), e.g. read back from the
         on-disk index cache (`knowledge_graphs.decoding.index_cache`); built here when not given."""
-        self.kg = kg
+        # the KG itself is not kept: an engine core holds these masks for its whole life, and needs of the KG
+        # only which ids exist (to refuse unknown ones)
+        self.kg_version = kg.version
+        self.known_entity_ids = frozenset(entity.id for entity in kg.entities())
         self.limits = limits or CacheLimits()
         self.types = frozenset(types)
         self.vocab_size = len(token_texts)

@@ -21,10 +21,10 @@ from engine.loader import load_model_config
 from engine.memory import malloc_trim
 from engine.processors.json_mode import JsonModeProcessor
 from knowledge_graphs import KnowledgeGraph, load_kg
-from knowledge_graphs.registry import build_kg
 from knowledge_graphs.decoding.constraint import DOMAIN_DEFAULTS, KGConstraintProcessor, allowed_entities
 from knowledge_graphs.decoding.constraint_masks import CacheLimits
 from knowledge_graphs.linking import get_linker
+from knowledge_graphs.registry import build_kg
 from rules import EmptyTextError, Report, load_pack
 from rules import verify as rules_verify
 

@@ -252,7 +252,8 @@ class EngineCoreClient:
         proc = self._proc
         if proc is not None:
             if self._loop is not None:
-                self._loop.remove_reader(proc.sentinel)
+                with contextlib.suppress(Exception):   # that loop may be closed already
+                    self._loop.remove_reader(proc.sentinel)
             if proc.is_alive() and self._input is not None:
                 with contextlib.suppress(zmq.ZMQError):
                     self._input.send(pack(["shutdown"]), zmq.NOBLOCK)
@@ -286,9 +287,9 @@ class EngineCoreClient:
         queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
         self._queues[request_id] = queue
         self._processor.add_request(request_id, token_ids, params, output_kind=output_kind)
-        self._send(["add", request_id, token_ids, params_to_wire(params), intent, cache_salt])
         finished = False
         try:
+            self._send(["add", request_id, token_ids, params_to_wire(params), intent, cache_salt])
             while True:
                 item = await queue.get()
                 if isinstance(item, BaseException):
@@ -305,8 +306,10 @@ class EngineCoreClient:
                 self.abort(request_id)
 
     def abort(self, request_id: str, reason: str = "abort") -> None:
+        """Free the request in the core; a core that is gone has freed it already."""
         if self._available:
-            self._send(["abort", [request_id], reason])
+            with contextlib.suppress(EngineDeadError):
+                self._send(["abort", [request_id], reason])
 
     def _require_available(self) -> None:
         if not self._available:

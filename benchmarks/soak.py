@@ -6,7 +6,8 @@ states keep coming), for --minutes (default 2; the issue's check is 10). The RSS
 process tree (API process and engine core) is sampled every few seconds; the slope is a least-squares fit
 over the samples after the warm-up (default: the first minute).
 
-Keys: rss_slope_mb_per_min, rss_start_mb (first sample after warm-up), rss_end_mb, rss_max_mb, requests,
+Keys: rss_slope_mb_per_min, rss_peak_slope_mb_per_min (the same fit over each minute's highest sample, which
+the 30-second heap trims do not saw-tooth), rss_peaks_per_min, rss_start_mb (first sample after warm-up), rss_end_mb, rss_max_mb, requests,
 req_s, statuses, non_2xx, successes, records_found, chain_ok, minutes, load_average.
 """
 
@@ -33,6 +34,15 @@ def slope_per_minute(samples: list[tuple[float, float]]) -> float | None:
     var = sum((t - mean_t) ** 2 for t, _ in samples)
     cov = sum((t - mean_t) * (m - mean_m) for t, m in samples)
     return cov / var * 60 if var else None
+
+
+def window_peaks(samples: list[tuple[float, float]], window_s: float = 60.0) -> list[tuple[float, float]]:
+    """(window middle, highest RSS) per window: the heap is trimmed every 30 s, so single samples saw-tooth;
+    the peaks show whether what stays resident grows."""
+    windows: dict[int, list[float]] = {}
+    for t, mb in samples:
+        windows.setdefault(int(t // window_s), []).append(mb)
+    return [((k + 0.5) * window_s, max(values)) for k, values in sorted(windows.items())]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,9 +85,13 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
     after_warmup = [(t, m) for t, m in samples if t >= args.warmup_s]
     slope = slope_per_minute(after_warmup)
+    peaks = window_peaks(after_warmup)
+    peak_slope = slope_per_minute(peaks)
     emit({
         "minutes": args.minutes, "clients": args.clients, "warmup_s": args.warmup_s,
         "rss_slope_mb_per_min": None if slope is None else round(slope, 2),
+        "rss_peak_slope_mb_per_min": None if peak_slope is None else round(peak_slope, 2),
+        "rss_peaks_per_min": [round(mb, 1) for _, mb in peaks],
         "rss_start_mb": round(after_warmup[0][1], 1) if after_warmup else None,
         "rss_end_mb": round(samples[-1][1], 1) if samples else None,
         "rss_max_mb": round(max(m for _, m in samples), 1) if samples else None,

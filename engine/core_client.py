@@ -338,10 +338,11 @@ class EngineCoreClient:
                         queue.put_nowait(out)
                 for request_id in processed.stopped:   # a stop string ended it here: free it in the core
                     self.abort(request_id, "stop")
-            elif kind == "err":
+            elif kind in ("err", "fail"):   # refused (bad input), or a bug while preparing it
                 queue = self._queues.get(message[1])
                 if queue is not None:
-                    queue.put_nowait(InvalidRequestError(message[2]))
+                    error = InvalidRequestError if kind == "err" else RuntimeError
+                    queue.put_nowait(error(message[2]))
             elif kind == "stats":
                 self._stats = message[1]
             elif kind == "info":

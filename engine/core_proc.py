@@ -183,6 +183,10 @@ class EngineCoreProc:
         except (InvalidRequestError, TypeError) as exc:   # TypeError: unknown sampling parameter names
             self.outputs.put(("send", identity, ["err", request_id, str(exc)]))
             return
+        except Exception as exc:  # noqa: BLE001 - a bug in preparing one request fails that request, not the core
+            logger.exception("preparing request %s failed", request_id)
+            self.outputs.put(("send", identity, ["fail", request_id, f"{type(exc).__name__}: {exc}"]))
+            return
         self.inputs.put(("add", identity, seq))
 
     # ---- the output thread -----------------------------------------------------------------------
@@ -205,7 +209,7 @@ class EngineCoreProc:
             elif kind == "outputs":
                 socket = clients.get(item[1])
                 if socket is not None:
-                    socket.send(pack(["out", [output_to_wire(out) for out in item[2]]]))
+                    socket.send(_pack_outputs(item[2]))
             elif kind == "send":
                 socket = clients.get(item[1])
                 if socket is not None:
@@ -216,6 +220,25 @@ class EngineCoreProc:
                     socket.send(payload)
         for socket in clients.values():
             socket.close()
+
+
+def _pack_outputs(outputs: list[Any]) -> bytes:
+    """One step's deltas for one client. An output that cannot be encoded (a processor put something odd in
+    an event) fails its own request rather than this thread, which every client depends on."""
+    try:
+        return pack(["out", [output_to_wire(out) for out in outputs]])
+    except (TypeError, ValueError, OverflowError):
+        logger.exception("encoding a step's outputs failed")
+    wire = []
+    for out in outputs:
+        try:
+            pack(output_to_wire(out))
+            wire.append(output_to_wire(out))
+        except (TypeError, ValueError, OverflowError) as exc:
+            out.new_events, out.finish_reason = [], out.finish_reason or "abort"
+            wire.append(output_to_wire(out))
+            logger.error("request %s: output not encodable (%s)", out.request_id, exc)
+    return pack(["out", wire])
 
 
 def _scalar_stats(stats: dict[str, Any]) -> dict[str, Any]:

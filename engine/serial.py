@@ -2,8 +2,9 @@
 
 Client -> core:  ["hello", output_address] | ["add", request_id, prompt_token_ids, params, intent, cache_salt]
                  | ["abort", [request_id, ...], reason] | ["shutdown"]
-Core -> client:  ["out", [output, ...]] | ["err", request_id, message] | ["stats", {name: number}]
-                 | ["dead", message]
+Core -> client:  ["out", [output, ...]] | ["err", request_id, message] (refused: 400)
+                 | ["fail", request_id, message] (a bug preparing it: 500) | ["stats", {name: number}]
+                 | ["info", {model_id, checkpoint_hash, max_model_len, pid}] | ["dead", message]
 An output is one request's step delta (`EngineCoreOutput`), never a copy of what came before."""
 
 from __future__ import annotations
@@ -20,7 +21,16 @@ _STATS_FIELDS = tuple(f.name for f in fields(RequestStats))
 
 
 def pack(message: list[Any]) -> bytes:
-    return msgpack.packb(message, use_bin_type=True)
+    return msgpack.packb(message, use_bin_type=True, default=_plain)
+
+
+def _plain(value: Any) -> Any:
+    """What msgpack does not know, as plain data: numpy scalars and arrays, sets, tuples inside dicts."""
+    if hasattr(value, "tolist"):   # numpy and torch scalars / arrays
+        return value.tolist()
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    raise TypeError(f"cannot send a {type(value).__name__} across the engine-core boundary")
 
 
 def unpack(payload: bytes) -> list[Any]:

@@ -202,3 +202,42 @@ def test_two_api_clients_share_a_standalone_core_and_survive_its_restart(tiny_ll
     assert all(isinstance(f, EngineDeadError) for f in failures), failures
     assert unavailable == [True, True] and restarts == [1, 1]
     assert all([t for o in outs for t in o.token_ids] == expected[1].token_ids for outs in again)
+
+
+class _FailsToPrepare:
+    """A logits processor with a bug in `prepare` for requests that name it (module level: the core pickles it)."""
+
+    name = "fails_to_prepare"
+
+    def prepare(self, params):
+        if self.name in params.extra_args:
+            raise RuntimeError("a bug in a processor")
+
+    def validate_params(self, params):
+        pass
+
+    def add_request(self, request_id, params, prompt_token_ids, output_token_ids):
+        return False
+
+    def remove_request(self, request_id):
+        pass
+
+
+def _engine_with_a_buggy_processor(path):
+    return LLMEngine.from_pretrained(path, logits_processors=[_FailsToPrepare()])
+
+
+def test_a_bug_preparing_one_request_fails_that_request_not_the_core(tiny_llama):
+    async def main():
+        client = EngineCoreClient(functools.partial(_engine_with_a_buggy_processor, tiny_llama),
+                                  load_tokenizer(tiny_llama))
+        await client.start()
+        try:
+            with pytest.raises(RuntimeError, match="a bug in a processor"):
+                await _collect(client, "hi", SamplingParams(extra_args={"fails_to_prepare": {}}), "buggy")
+            return await _collect(client, "The patient was", GREEDY, "fine"), client.available
+        finally:
+            await client.shutdown()
+
+    outs, available = asyncio.run(main())
+    assert available and outs[-1].finished and sum(len(o.token_ids) for o in outs) == 12

@@ -313,7 +313,7 @@ class EngineCoreClient:
 
     def _require_available(self) -> None:
         if not self._available:
-            raise EngineDeadError(f"engine unavailable: {self._unavailable_reason}")
+            raise EngineDeadError(self._unavailable_reason)
 
     def _send(self, message: list[Any]) -> None:
         assert self._input is not None

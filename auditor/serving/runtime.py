@@ -13,6 +13,7 @@ from auditor.serving.knowledge import KgConstraint
 from engine.async_engine import AsyncLLMEngine
 from engine.loader import generation_eos_ids, load_model_config
 from engine.processors.json_mode import JsonModeProcessor
+from engine.processors.logit_bias import LogitBiasProcessor
 from engine.tokenizer import Tokenizer
 from knowledge_graphs import KnowledgeGraph, load_kg
 from knowledge_graphs.decoding.constraint import DOMAIN_DEFAULTS, KGConstraintProcessor, allowed_entities
@@ -42,6 +43,7 @@ def load_engine(path: Path, kgs: Mapping[str, KnowledgeGraph]) -> AsyncLLMEngine
         JsonModeProcessor(tokenizer.backend, vocab_size=model_config.vocab_size, eos_token_ids=tokenizer.eos_token_ids),
         KGConstraintProcessor(tokenizer, vocab_size=model_config.vocab_size, eos_token_ids=tokenizer.eos_token_ids,
                               kgs=dict(kgs)),
+        LogitBiasProcessor(model_config.vocab_size),
     ]
     return AsyncLLMEngine.from_pretrained(path, logits_processors=processors)
 

@@ -22,7 +22,7 @@ ROLE_MARKER_TOOLS_TEMPLATE = (
     "{% if tools %}{{ '<|system|>\\n' }}"
     "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] + '\\n\\n' }}{% endif %}"
     "{{ '" + TOOL_INSTRUCTIONS + "' }}"
-    "{% for tool in tools %}{{ '\\n' + (tool | tojson) }}{% endfor %}"
+    "{% for tool in tools %}{{ '\\n' + ((tool['function'] if tool['function'] is defined else tool) | tojson) }}{% endfor %}"
     "{{ '" + CALL_INSTRUCTIONS + "' + eos_token + '\\n' }}{% endif %}"
     "{% for message in messages %}"
     "{% if message['role'] not in ['system', 'user', 'assistant', 'tool'] %}"

@@ -1,21 +1,18 @@
 """The role-marker chat template of the bundled model and the test checkpoints, with tools.
 
-`<|role|>\\n{content}{eos}\\n` per message, as before; with `tools` it renders them the way Qwen's and
-Hermes' templates do, in fewer words (a system turn listing the function signatures in <tools></tools>,
-calls written as
-<tool_call>{"name": ..., "arguments": {...}}</tool_call>, results as <tool_response> in a user turn), so the
-service's tool calling has a template to drive. Without tools and tool turns it renders byte for byte what
-the plain template did. Newlines sit inside string expressions: the renderer trims the one after a block tag.
+`<|role|>\\n{content}{eos}\\n` per message, as before. With `tools` it renders them the way Qwen's and
+Hermes' templates do, without their instructions: a system turn listing each function's signature inside
+<tools></tools>, calls written as <tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>, results as
+<tool_response> in a user turn. Without tools and tool turns it renders byte for byte what the plain
+template did. Newlines sit inside string expressions: the renderer trims the one after a block tag.
 """
 
 from __future__ import annotations
 
-# Short on purpose: the bundled model's context holds 256 tokens.
-TOOL_INSTRUCTIONS = "# Tools\\n<tools>"
-CALL_INSTRUCTIONS = (
-    "\\n</tools>\\nTo call a function: <tool_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": "
-    "<args-json-object>}\\n</tool_call>"
-)
+# Short on purpose: the bundled model's context holds 256 tokens, and its tokenizer spends about one token per
+# JSON character. Calls are taught by constrained decoding (the service's structural tag), not by instructions.
+TOOL_INSTRUCTIONS = "<tools>"
+CALL_INSTRUCTIONS = "\\n</tools>"
 
 ROLE_MARKER_TOOLS_TEMPLATE = (
     "{{ bos_token }}"

@@ -132,7 +132,7 @@ def _chat(client: openai.OpenAI, **kwargs: Any) -> tuple[Any, str]:
 def test_two_turn_tool_loop_is_in_the_record(client: openai.OpenAI, server_url: str) -> None:
     # No domain on the call turn: the KG constraint would let the model start "warfarin" and then block its last
     # letter, which the enum requires (a dead end; see docs/openai_compatibility.md).
-    first, first_id = _chat(client, tools=[DOSE, TRANSFER], max_tokens=80,
+    first, first_id = _chat(client, tools=[DOSE, TRANSFER], max_tokens=200,
                             tool_choice={"type": "function", "function": {"name": "get_max_dose"}})
     choice = first.choices[0]
     assert choice.finish_reason == "tool_calls"
@@ -178,7 +178,7 @@ def test_tool_result_with_a_contradicted_claim_is_annotated(client: openai.OpenA
 def test_streamed_tool_call_matches_the_record(client: openai.OpenAI, server_url: str) -> None:
     raw = client.chat.completions.with_raw_response.create(
         model="model", messages=ASK, tools=[DOSE], tool_choice="required", parallel_tool_calls=False,
-        max_tokens=80, temperature=0, stream=True, stream_options={"include_usage": True})
+        max_tokens=200, temperature=0, stream=True, stream_options={"include_usage": True})
     calls: dict[int, dict[str, str]] = {}
     finish, content = None, ""
     for chunk in raw.parse():
@@ -432,7 +432,7 @@ def test_every_documented_chat_field_is_honoured_or_refused_by_name(server_url: 
     value, expected = FIELDS[name]
     body = {"model": "model", "messages": ASK, "max_tokens": 4, "temperature": 0, **NEEDS.get(name, {}), name: value}
     if name in ("tools", "tool_choice", "parallel_tool_calls"):
-        body["max_tokens"] = 40
+        body["max_tokens"] = 200
     response = httpx.post(f"{server_url}/v1/chat/completions", json=body, timeout=120)
     if isinstance(expected, str):
         assert response.status_code == 400, response.text

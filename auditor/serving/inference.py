@@ -287,19 +287,22 @@ class InferenceService:
             outcome.gate_action = apply_tool_decisions(gate, decisions)
             outcome.annotations += [d.reason for d in decisions if d.action == "annotate"]
             outcome.text, outcome.tool_calls = content or "", calls or None
+            if any(d.action == "block" for d in decisions):
+                outcome.status = "blocked"   # like a blocked sentence: something the model wrote was withheld
             if calls:
                 outcome.finish_reason = "tool_calls"
             elif surface.tool_calls:   # every call was blocked
-                outcome.status, outcome.finish_reason = "blocked", "content_filter"
+                outcome.finish_reason = "content_filter"
                 outcome.text = "I can't make this tool call: " + "; ".join(
                     f"{d.reason} [{d.rule_id}]" for d in decisions if d.action == "block") + "."
             outcome.logprobs = None     # they would spell out withheld calls
-        if kind in ("json_object", "json_schema", "structural_tag") and outcome.status == "completed":
+        if kind in ("json_object", "json_schema", "structural_tag") and outcome.status in ("completed", "blocked"):
             if kind == "structural_tag":  # a call cut before its end stays in the content, unparsed
                 parses = surface.tools is None or surface.tools.dialect.call_opening not in outcome.text
             else:
                 parses = parses_as_json(outcome.text)
-            if surface.note_structured(generation.events, generation.finish_reason or "stop", parses=parses) == "length":
+            cut = surface.note_structured(generation.events, generation.finish_reason or "stop", parses=parses)
+            if cut == "length" and outcome.finish_reason != "content_filter":
                 outcome.finish_reason = "length"
         outcome.audit_extras = surface.audit_extras()
         return outcome

@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from prometheus_client import start_http_server
 
-from auditor.api import audits, chat, completions, health, models, reaudits
+from auditor.api import audits, chat, completions, embeddings, health, models, reaudits
 from auditor.api.deps import Services
 from auditor.api.errors import (
     ENGINE_RETRY_AFTER,
@@ -34,6 +34,7 @@ from auditor.jobs import scoring
 from auditor.jobs.inprocess import EmbeddedWorker
 from auditor.jobs.settings import WorkerSettings
 from auditor.jobs.task_queue import TaskQueue, celery_queue
+from auditor.serving.embeddings import EmbeddingService
 from auditor.serving.inference import AuditUnavailable, BadRequest, EngineUnavailable, InferenceService
 from auditor.serving.knowledge import Knowledge, NoKnowledge
 from auditor.serving.metrics import ServiceMetrics
@@ -145,6 +146,7 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                 stack.callback(server.shutdown)
             auth = AuthGuard(environment=settings.environment, bind_host=settings.host)
             services = Services(settings, database, loaded_engine, inference, metrics, task_queue, auth)
+            services.embeddings = EmbeddingService(database=database, settings=settings, metrics=metrics)
             app.state.services = services
             await anyio.to_thread.run_sync(_warn_about_authentication, database, auth, settings.host)
             if settings.malloc_trim_interval_s:
@@ -181,6 +183,7 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
     async def _bad_request(_request: Request, exc: BadRequest) -> JSONResponse:
         return error_response(400, str(exc), exc.code, exc.param)
 
-    for router in (chat.router, completions.router, models.router, audits.router, reaudits.router, health.router):
+    for router in (chat.router, completions.router, embeddings.router, models.router, audits.router, reaudits.router,
+                   health.router):
         app.include_router(router)
     return app

@@ -78,6 +78,8 @@ class Settings(BaseSettings):
     # Output-gate PII rule: what to do with PII in model output, per domain (default for the rest).
     output_pii_action: dict[str, Literal["allow", "annotate", "redact", "block"]] = Field(default_factory=dict)
     default_output_pii_action: Literal["allow", "annotate", "redact", "block"] = "redact"
+    # Gate policies on tool calls (YAML, see auditor/gate/tool_policies.yaml); None: the built-in ones.
+    tool_policy_file: Path | None = None
 
     @model_validator(mode="after")
     def _refuse_weak_secret(self) -> Settings:

@@ -31,8 +31,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from auditor.auth.principal import Principal
 from auditor.gate.gate import GateDecision, InputGateResult, OutputGate, Verifier, check_input, strongest
 from auditor.gate.pii import redact_pii
+from auditor.gate.tool_policy import load_tool_policies
 from auditor.serving.knowledge import KgConstraint, Knowledge
 from auditor.serving.metrics import ServiceMetrics
+from auditor.serving.surface import RequestSurface, apply_tool_decisions, parses_as_json, redacted_message
 from auditor.settings import Settings
 from auditor.store.database import Database
 from auditor.trail.chain import sha256_text
@@ -81,6 +83,8 @@ class Prepared:
     kg: KgConstraint | None
     content_mode: str
     started: float = field(default_factory=time.perf_counter)
+    surface: RequestSurface = field(default_factory=RequestSurface)
+    prefilled: anyio.Event | None = None   # set when the engine's first output arrives (n > 1 waits on it)
 
 
 @dataclass(slots=True)
@@ -96,10 +100,12 @@ class Outcome:
     fer: float | None
     annotations: list[str]
     logprobs: list[TokenLogprob] | None = None
+    tool_calls: list[dict[str, Any]] | None = None   # OpenAI shape; `text` is then the content beside them
+    audit_extras: dict[str, Any] = field(default_factory=dict)
 
     def audit_summary(self) -> dict[str, Any]:
         return {"gate_action": self.gate_action, "claims": self.claim_counts, "fer": self.fer,
-                "annotations": self.annotations}
+                "annotations": self.annotations, **self.audit_extras}
 
 
 @dataclass(slots=True)
@@ -141,29 +147,32 @@ class InferenceService:
         self.metrics = metrics
         self.verifier = verifier
         self.knowledge = knowledge
+        self.tool_policies = load_tool_policies(settings.tool_policy_file)
 
     # -- preparation -----------------------------------------------------------------------------
-    def prepare(self, context: RequestContext, *, messages: list[dict[str, str]] | None = None,
-                prompt: str | None = None, params: SamplingParams) -> Prepared:
+    def prepare(self, context: RequestContext, *, messages: list[dict[str, Any]] | None = None,
+                prompt: str | None = None, params: SamplingParams, surface: RequestSurface | None = None) -> Prepared:
         """Render the prompt, run the input gate, link KG entities; raise BadRequest for unusable input."""
+        surface = surface or RequestSurface()
         try:
             params.validate()
         except InvalidRequestError as exc:
             raise BadRequest(str(exc)) from exc
         if messages is not None:
             try:
-                rendered = self.engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+                rendered = self.engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                                     **surface.template_kwargs())
             except InvalidRequestError as exc:
                 raise BadRequest(str(exc), param="messages") from exc
             user_text = "\n".join(m["content"] for m in messages if m["role"] in ("user", "tool"))
             raw_stored = json.dumps(messages, ensure_ascii=False)
-            redacted_stored = json.dumps([{**m, "content": redact_pii(m["content"])[0]} for m in messages],
-                                         ensure_ascii=False)
+            redacted_stored = json.dumps([redacted_message(m) for m in messages], ensure_ascii=False)
         else:
             rendered = user_text = raw_stored = prompt or ""
             redacted_stored = redact_pii(rendered)[0]
         gate = check_input(user_text, intent=context.intent, annotate_score=self.settings.injection_annotate_score,
                            refuse_score=self.settings.injection_refuse_score)
+        gate.decisions.extend(surface.check_tool_results(self.verifier, domain=context.domain))
         kg = self.knowledge.constraint_for(context.domain, user_text) if context.domain else None
         if kg is not None and kg.applied:
             params.extra_args.update(kg.extra_args())
@@ -171,7 +180,7 @@ class InferenceService:
         return Prepared(
             audit_id=str(uuid.uuid4()), context=context, prompt=rendered,
             stored_prompt=redacted_stored if mode == "redacted" else raw_stored, gate_text=user_text,
-            params=params, input_gate=gate, kg=kg, content_mode=mode,
+            params=params, input_gate=gate, kg=kg, content_mode=mode, surface=surface,
         )
 
     # -- running ---------------------------------------------------------------------------------
@@ -187,9 +196,11 @@ class InferenceService:
 
         `durable` (streaming clients): the stream's opening row is committed before anything runs, and each
         piece is committed as a segment before it is yielded, so no byte leaves without a committed row."""
-        hold_all = (prepared.params.response_format or {}).get("type") in ("json_object", "json_schema")
+        hold_all = (prepared.params.response_format or {}).get("type") in ("json_object", "json_schema",
+                                                                         "structural_tag")
         gate = OutputGate(self.verifier, domain=prepared.context.domain, prompt=prepared.gate_text,
                           intent=prepared.context.intent, hold_all=hold_all,
+                          release_at_end=not (prepared.surface.tools and prepared.surface.tools.active),  # calls: in the Outcome
                           pii_action=self.settings.output_pii_action_for(prepared.context.domain))
         generation = _Generation()
         opening = self._opening(prepared) if durable else None
@@ -205,7 +216,7 @@ class InferenceService:
                         await self._store(functools.partial(insert_segment, opening=opening, index=index,
                                                             text=self._stored_text(prepared, piece)))
                     yield piece
-            outcome = self._outcome(prepared, gate, generation)
+            outcome = self._finish_surface(prepared, gate, generation, self._outcome(prepared, gate, generation))
             record_attempted = True
             await self._record(prepared, gate, generation, outcome)
             yield outcome
@@ -249,6 +260,8 @@ class InferenceService:
         async with aclosing(self.engine.generate(prepared.prompt, prepared.params, **kwargs)) as outputs:
             async for out in outputs:
                 generation.absorb(out)
+                if prepared.prefilled is not None:
+                    prepared.prefilled.set()
                 # The validators are CPU work: keep them off the event loop that serves other requests.
                 released = await anyio.to_thread.run_sync(gate.feed, out.new_text)
                 if out.finished:
@@ -279,6 +292,39 @@ class InferenceService:
             gate_action=action, claim_counts=gate.claim_counts(), fer=gate.fer(),
             annotations=prepared.input_gate.annotations + gate.annotations, logprobs=logprobs,
         )
+
+    def _finish_surface(self, prepared: Prepared, gate: OutputGate, generation: _Generation,
+                        outcome: Outcome) -> Outcome:
+        """Tool calls out of the gated text (the policies decide on each), and the flag for a constrained
+        output that max_tokens ended; both reach the response's `audit` and the record's `details`."""
+        surface = prepared.surface
+        kind = (prepared.params.response_format or {}).get("type")
+        if outcome.status in ("completed", "blocked") and surface.tools is not None and surface.tools.active:
+            content, calls, decisions = surface.finish_tools(
+                outcome.text, audit_id=prepared.audit_id, intent=prepared.context.intent,
+                tenant=prepared.context.principal.tenant, policies=self.tool_policies)
+            outcome.gate_action = apply_tool_decisions(gate, decisions)
+            outcome.annotations += [d.reason for d in decisions if d.action == "annotate"]
+            outcome.text, outcome.tool_calls = content or "", calls or None
+            if any(d.action == "block" for d in decisions):
+                outcome.status = "blocked"   # like a blocked sentence: something the model wrote was withheld
+            if calls:
+                outcome.finish_reason = "tool_calls"
+            elif surface.tool_calls:   # every call was blocked
+                outcome.finish_reason = "content_filter"
+                outcome.text = "I can't make this tool call: " + "; ".join(
+                    f"{d.reason} [{d.rule_id}]" for d in decisions if d.action == "block") + "."
+            outcome.logprobs = None     # they would spell out withheld calls
+        if kind in ("json_object", "json_schema", "structural_tag") and outcome.status in ("completed", "blocked"):
+            if kind == "structural_tag":  # a call cut before its end stays in the content, unparsed
+                parses = surface.tools is None or surface.tools.dialect.call_opening not in outcome.text
+            else:
+                parses = parses_as_json(outcome.text)
+            cut = surface.note_structured(generation.events, generation.finish_reason or "stop", parses=parses)
+            if cut == "length" and outcome.finish_reason != "content_filter":
+                outcome.finish_reason = "length"
+        outcome.audit_extras = surface.audit_extras()
+        return outcome
 
     # -- recording -------------------------------------------------------------------------------
     async def _record(self, prepared: Prepared, gate: OutputGate, generation: _Generation, outcome: Outcome) -> None:
@@ -335,6 +381,7 @@ class InferenceService:
             gate_decisions=[d.to_dict() for d in prepared.input_gate.decisions + gate.decisions],
             gate_action=action, n_supported=counts["supported"], n_contradicted=counts["contradicted"],
             n_unverifiable=counts["unverifiable"], fer=gate.fer(), finish_reason=finish_reason, error=error,
+            details=prepared.surface.record_details(prepared.content_mode, gate.decisions) or None,
         )
 
     def _count(self, prepared: Prepared, gate: OutputGate, outcome: Outcome, generation: _Generation) -> None:

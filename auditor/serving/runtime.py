@@ -20,6 +20,7 @@ from engine.llm_engine import LLMEngine, load_tokenizer
 from engine.loader import load_model_config
 from engine.memory import malloc_trim
 from engine.processors.json_mode import JsonModeProcessor
+from engine.processors.logit_bias import LogitBiasProcessor
 from knowledge_graphs import KnowledgeGraph, load_kg
 from knowledge_graphs.decoding.constraint import DOMAIN_DEFAULTS, KGConstraintProcessor, allowed_entities
 from knowledge_graphs.decoding.constraint_masks import CacheLimits
@@ -64,6 +65,7 @@ def build_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], 
         JsonModeProcessor(tokenizer.backend, vocab_size=model_config.vocab_size, eos_token_ids=tokenizer.eos_token_ids),
         KGConstraintProcessor(tokenizer, vocab_size=model_config.vocab_size, eos_token_ids=tokenizer.eos_token_ids,
                               kgs=dict(kgs), limits=limits, index_cache_dir=index_cache_dir),
+        LogitBiasProcessor(model_config.vocab_size),
     ]
     del kgs
     engine = LLMEngine.from_pretrained(path, config, logits_processors=processors)

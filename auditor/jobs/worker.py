@@ -153,10 +153,12 @@ def reaudit_chunk_task(self: Task, job_id: str, chunk: int) -> dict[str, Any]:
             reaudit_chunks.fail_pending_in_chunk(
                 res.database, res.evaluator.version, job_id=job_id, chunk=chunk,
                 reason=f"chunk failed {self.request.retries + 1} times: {_describe(exc)}")
-            return {"cancelled": False, "done": progress.done, "failed": progress.failed}
+            return {"cancelled": False, "done": progress.done, "failed": progress.failed,
+                    "not_applicable": progress.not_applicable}
         countdown = backoff_s(self.request.retries, cap=_SETTINGS.retry_backoff_max_s)
         raise self.retry(exc=exc, countdown=countdown) from exc
     return {"cancelled": progress.cancelled, "done": progress.done, "failed": progress.failed,
+            "not_applicable": progress.not_applicable,
             "already": progress.already}
 
 

@@ -15,6 +15,7 @@ from engine.loader import generation_eos_ids, load_model_config
 from engine.processors.json_mode import JsonModeProcessor
 from engine.tokenizer import Tokenizer
 from knowledge_graphs import KnowledgeGraph, load_kg
+from knowledge_graphs.detection import DomainDetector
 from knowledge_graphs.decoding.constraint import DOMAIN_DEFAULTS, KGConstraintProcessor, allowed_entities
 from knowledge_graphs.linking import get_linker
 from rules import EmptyTextError, Report, load_pack
@@ -44,6 +45,13 @@ def load_engine(path: Path, kgs: Mapping[str, KnowledgeGraph]) -> AsyncLLMEngine
                               kgs=dict(kgs)),
     ]
     return AsyncLLMEngine.from_pretrained(path, logits_processors=processors)
+
+
+def load_detector(kgs: Mapping[str, KnowledgeGraph], *, threshold: float) -> DomainDetector:
+    """The domain detector over these KGs, warmed once (MiniLM load, linkers) so no request pays for it."""
+    detector = DomainDetector(kgs, threshold=threshold)
+    detector.detect("Warm-up question?", "Warm-up answer.")
+    return detector
 
 
 class KgKnowledge:

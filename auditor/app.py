@@ -24,6 +24,7 @@ from auditor.auth.keys import keys_ever_created
 from auditor.auth.principal import AuthGuard
 from auditor.gate.gate import NoClaimVerifier, Verifier
 from auditor.jobs import scoring
+from auditor.jobs.domains import install_detector
 from auditor.jobs.inprocess import EmbeddedWorker
 from auditor.jobs.settings import WorkerSettings
 from auditor.jobs.task_queue import TaskQueue, celery_queue
@@ -107,6 +108,8 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                     _load_runtime, settings)
                 stack.push_async_callback(_shutdown_engine, loaded_engine)
                 await loaded_engine.start()
+            if loaded_detector is not None:   # the embedded worker scores with the same detector
+                install_detector(loaded_detector)
             metrics.watch_engine(loaded_engine.stats)
             inference = InferenceService(engine=loaded_engine, database=database, settings=settings, metrics=metrics,
                                          verifier=loaded_verifier or NoClaimVerifier(),

@@ -72,6 +72,13 @@ _detector: DomainDetector | None = None
 _lock = threading.Lock()
 
 
+def install_detector(detector: DomainDetector) -> None:
+    """Share a detector already loaded in this process (the app's, for its embedded worker)."""
+    global _detector
+    with _lock:
+        _detector = detector
+
+
 def shared_detector() -> DomainDetector:
     """This process's detector over the configured domains' KGs, loaded on first use (MiniLM + linkers)."""
     global _detector

@@ -15,8 +15,8 @@ from engine.loader import generation_eos_ids, load_model_config
 from engine.processors.json_mode import JsonModeProcessor
 from engine.tokenizer import Tokenizer
 from knowledge_graphs import KnowledgeGraph, load_kg
-from knowledge_graphs.detection import DomainDetector
 from knowledge_graphs.decoding.constraint import DOMAIN_DEFAULTS, KGConstraintProcessor, allowed_entities
+from knowledge_graphs.detection import DomainDetector
 from knowledge_graphs.linking import get_linker
 from rules import EmptyTextError, Report, load_pack
 from rules import verify as rules_verify

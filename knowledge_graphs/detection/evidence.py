@@ -35,7 +35,7 @@ FEATURES: tuple[str, ...] = tuple(
     f"kg.{domain}.{group}" for domain, groups in TYPE_GROUPS.items() for group in dict.fromkeys(groups.values()))
 
 # A reporter abbreviation counts only between a volume and a page: "384 U.S. 436", "5 F.4th 12".
-_CITATION_AROUND = re.compile(r"\d\s*$"), re.compile(r"^\s*\d")
+_CITATION_AROUND = re.compile(r"\d\s*$"), re.compile(r"^\.?\s*\d")   # the linked form stops before a final "."
 # ICD-10-CM code shape (letter, two digits, optional dot and up to four characters): "E11.9", "I10".
 _ICD_CODE = re.compile(r"^[A-TV-Z]\d[0-9A-Z](?:\.[0-9A-Z]{1,4})?$")
 

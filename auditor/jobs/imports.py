@@ -173,7 +173,7 @@ def import_lines(database: Database, lines: list[str], *, settings: Settings, te
         with database.write_connection() as conn:
             links = []
             for number, line in part:
-                record = _new_record(line, number, batch.id, tenant=tenant, settings=settings, mode=mode)
+                record = _new_record(line, number, batch.id, tenant=tenant, settings=settings, detection=mode)
                 append_in_transaction(conn, record, key=database.chain_key)
                 links.append({"import_id": batch.id, "line": number, "record_id": record.id})
             conn.execute(insert(ImportedOutput), links)
@@ -184,7 +184,8 @@ def import_lines(database: Database, lines: list[str], *, settings: Settings, te
 
 
 def _new_record(line: ImportedLine, number: int, import_id: str, *, tenant: str, settings: Settings,
-                mode: str) -> NewRecord:
+                detection: str) -> NewRecord:
+    """`detection`: the tenant's domain-detection mode, kept with a line that names no domain."""
     mode = settings.content_mode_for(line.domain)
     redact = mode == "redacted"
     output = redact_pii(line.output)[0] if redact else line.output
@@ -195,5 +196,5 @@ def _new_record(line: ImportedLine, number: int, import_id: str, *, tenant: str,
         details={"import_id": import_id, "line": number, "timestamp": line.timestamp.isoformat(),
                  "external_id": line.id, "metadata": line.metadata,
                  # A line without a domain is detected when scored; the tenant's mode now decides whether it may be.
-                 **(resolution_details(source="none", mode=mode) if line.domain is None else {})},
+                 **(resolution_details(source="none", mode=detection) if line.domain is None else {})},
     )

@@ -4,8 +4,8 @@ mode (detect / require / off) decides; off-domain chat is neither verified nor a
 
 from __future__ import annotations
 
+import functools
 import json
-import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -41,20 +41,27 @@ def serve(app_factory, verifier, detector):
     return build
 
 
-def _chat(client: TestClient, prompt: str, *, stream: bool = False, headers: dict[str, str] | None = None):
+def _chat(client: TestClient, prompt: str, *, headers: dict[str, str] | None = None):
     return client.post("/v1/chat/completions", headers=headers or {},
-                       json={"model": "auditor", "stream": stream, "messages": [{"role": "user", "content": prompt}]})
+                       json={"model": "auditor", "messages": [{"role": "user", "content": prompt}]})
 
 
-def _record(client: TestClient, audit_id: str, timeout_s: float = 120.0) -> dict:
-    """The record once the embedded worker has written its evaluation."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        response = client.get(f"/v1/audits/{audit_id}")
-        assert response.status_code == 200, response.text
-        if response.json()["evaluations"] or time.monotonic() > deadline:
-            return response.json()
-        time.sleep(0.1)
+def _record(client: TestClient, audit_id: str) -> dict:
+    """The record with its evaluation: scored here, so the test need not wait for the embedded worker (when the
+    worker got there first, scoring finds its evaluation and writes none)."""
+    from auditor.jobs import scoring
+
+    scoring.score_record(client.app.state.services.database, _evaluator(), scoring.ScoreRequest(audit_id))
+    response = client.get(f"/v1/audits/{audit_id}")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+@functools.cache
+def _evaluator():
+    from auditor.jobs.scoring import RulesEvaluator
+
+    return RulesEvaluator()
 
 
 def _set_mode(client: TestClient, tenant: str, mode: str | None) -> None:
@@ -91,7 +98,8 @@ def test_wrong_dose_without_x_domain_is_contradicted_and_blocked(serve) -> None:
 
 def test_streamed_wrong_dose_is_never_released(serve) -> None:
     client = serve(f"Sure. {WRONG_DOSE} Hope that helps.")
-    with _chat(client, "metformin dosing?", stream=True) as response:
+    body = {"model": "auditor", "stream": True, "messages": [{"role": "user", "content": "metformin dosing?"}]}
+    with client.stream("POST", "/v1/chat/completions", json=body) as response:
         text = "".join(response.iter_text())
     assert response.status_code == 200 and "[DONE]" in text
     assert "5000" not in text and "Hope that helps." in text

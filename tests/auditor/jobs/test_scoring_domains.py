@@ -120,7 +120,7 @@ def test_evaluation_details_are_chained_and_old_digests_do_not_change(database) 
 
 
 def test_imported_lines_may_leave_out_the_domain(database, tmp_path: Path) -> None:
-    settings = make_settings(database.url, default_content_mode="raw")
+    settings = make_settings(database.url, default_content_mode="raw", domain_detection="detect")
     lines = [json.dumps({"prompt": "bp meds?", "output": MEDICAL, "model": "other-llm", "timestamp": "2026-10-01T12:00:00Z"}),
              json.dumps({"output": OFF_DOMAIN, "model": "other-llm", "timestamp": "2026-10-01T12:00:00Z"})]
     path = tmp_path / "outputs.jsonl"

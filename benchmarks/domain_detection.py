@@ -14,7 +14,8 @@ detected from its prompt and answer, as the service does for a request without X
 - prompt_only: detection from the prompt alone (what the request path knows before the first token);
 - latency_ms: per request (prompt + whole answer, every text seen for the first time), p50 / p99, and per
   streamed sentence (the incremental cost the output gate pays), after one warm-up detection; the model
-  load is reported apart.
+  load is reported apart. For scale, the output gate's own validators (`RulesVerifier.verify` under the
+  row's domain) are timed on the same sentences, interleaved with detection, so both see the same load.
 
 Run: python -m benchmarks.domain_detection --json [--repeats N] [--threads N]
 """
@@ -86,11 +87,16 @@ def main() -> None:
     detector = DomainDetector(kgs)
     detector.detect("warm-up", "One sentence to load the model.")
     load_s = time.perf_counter() - started
+    from auditor.serving.runtime import RulesVerifier
+
+    verifier = RulesVerifier(kgs)
+    verifier.warm_up()
     log(f"{len(rows)} rows; KGs {kg_load_s:.1f}s, model + linkers {load_s:.1f}s")
 
     repeats = args.repeats or 1
     per_request: list[float] = []
     per_sentence: list[float] = []
+    per_sentence_verify: list[float] = []
     full, prompt_only = [], []
     for repeat in range(repeats):
         for row in rows:
@@ -105,6 +111,10 @@ def main() -> None:
                 start = time.perf_counter()
                 state.add(sentence)
                 per_sentence.append(time.perf_counter() - start)
+                if row["domain"] in DOMAINS:
+                    start = time.perf_counter()
+                    verifier.verify(sentence, domain=row["domain"], prompt=row["prompt"])
+                    per_sentence_verify.append(time.perf_counter() - start)
     result = {
         "rows": {d: sum(1 for r in rows if r["domain"] == d) for d in (*DOMAINS, "none")},
         "threshold": detector.threshold, "classifier": detector.version,
@@ -114,6 +124,8 @@ def main() -> None:
         "latency_ms": {"per_request_p50": percentile(per_request, 50), "per_request_p99": percentile(per_request, 99),
                        "per_streamed_piece_p50": percentile(per_sentence, 50),
                        "per_streamed_piece_p99": percentile(per_sentence, 99),
+                       "gate_verify_per_piece_p50": percentile(per_sentence_verify, 50),
+                       "gate_verify_per_piece_p99": percentile(per_sentence_verify, 99),
                        "requests_timed": len(per_request), "model_and_linkers_load_s": round(load_s, 2)},
         "threads": args.threads, "load_average": [round(x, 2) for x in os.getloadavg()],
     }

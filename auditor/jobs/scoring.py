@@ -211,7 +211,7 @@ def _new_evaluation(request: ScoreRequest, evaluator_version: str, scored: Score
                     failure_reason: str | None) -> Evaluation:
     return Evaluation(
         record_id=request.record_id, job_id=request.job_id, evaluator_version=evaluator_version,
-        status=scored.status if scored else "failed", failure_reason=failure_reason or (scored and scored.reason),
+        status=scored.status if scored else "failed", failure_reason=failure_reason or (scored.reason if scored else None),
         details=scored.details if scored else None,
         claims=scored.claims if scored else None, fer=scored.fer if scored else None,
         citation_confidence=scored.citation_confidence if scored else None,

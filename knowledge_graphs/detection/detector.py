@@ -3,7 +3,12 @@
 A text is split into sentences; each sentence is embedded once with the bundled MiniLM and linked once
 against the three KGs. The classifier scores the mean sentence embedding plus the KG evidence counts, one
 probability per domain; every domain at or above the threshold is detected (a text may belong to two).
-`DetectionState` does this incrementally, so a streamed answer pays for each sentence once.
+
+A single sentence can also detect its domain on its own, when it names an entity of that domain's KG
+(rare-word evidence) and the classifier scores the sentence alone at or above the threshold: otherwise a
+few sentences of padding ("Give me a soup recipe. Chop the onions. ...") dilute the mean until a wrong
+dose in one sentence goes unverified. `DetectionState` does this incrementally, so a streamed answer
+pays for each sentence once.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ class Detection:
     evidence: dict[str, list[str]]           # domain -> KG entity ids that counted as evidence
     classifier_version: str
     sentences: int
+    # domains detected by one sentence alone (entity evidence + its own score), with that sentence's score
+    sentence_triggers: dict[str, float] = field(default_factory=dict)
 
     @property
     def top(self) -> str | None:
@@ -53,6 +60,7 @@ class Detection:
     def to_dict(self) -> dict[str, Any]:
         return {"domains": list(self.domains), "scores": {d: round(s, 4) for d, s in self.scores.items()},
                 "threshold": self.threshold, "kg_evidence": self.evidence,
+                "sentence_triggers": {d: round(s, 4) for d, s in self.sentence_triggers.items()},
                 "classifier": self.classifier_version, "sentences": self.sentences}
 
 
@@ -64,6 +72,7 @@ class DetectionState:
     embedding_sum: np.ndarray
     sentences: int = 0
     hits: dict[tuple[str, str], KgHit] = field(default_factory=dict)
+    triggers: dict[str, float] = field(default_factory=dict)
 
     def add(self, text: str) -> Detection:
         pieces = split_for_detection(text)
@@ -71,12 +80,16 @@ class DetectionState:
             vectors = self.detector.embed(pieces)                   # [n, dim], unit rows
             self.embedding_sum += vectors.sum(axis=0)
             self.sentences += len(pieces)
-            for hit in self.detector.evidence.hits(text):
-                self.hits.setdefault((hit.domain, hit.entity_id), hit)
+            for piece, vector in zip(pieces, vectors, strict=True):
+                piece_hits = self.detector.evidence.hits(piece)
+                for hit in piece_hits:
+                    self.hits.setdefault((hit.domain, hit.entity_id), hit)
+                for domain, score in self.detector.sentence_triggers(vector, piece_hits).items():
+                    self.triggers[domain] = max(score, self.triggers.get(domain, 0.0))
         return self.result()
 
     def result(self) -> Detection:
-        return self.detector.decide(self.embedding_sum, self.sentences, list(self.hits.values()))
+        return self.detector.decide(self.embedding_sum, self.sentences, list(self.hits.values()), self.triggers)
 
 
 class DomainDetector:
@@ -115,14 +128,26 @@ class DomainDetector:
             state.add(output)
         return state.result()
 
-    def decide(self, embedding_sum: np.ndarray, sentences: int, hits: list[KgHit]) -> Detection:
+    def sentence_triggers(self, vector: np.ndarray, hits: list[KgHit]) -> dict[str, float]:
+        """Domains one sentence detects on its own: it names an entity of the domain's KG, and the classifier
+        scores the sentence alone at or above the threshold."""
+        named = {hit.domain for hit in hits}
+        if not named:
+            return {}
+        scores = self.classifier.scores(vector, kg_feature_vector(feature_counts(hits)))
+        return {d: scores[d] for d in named if d in self.domains and scores[d] >= self.threshold}
+
+    def decide(self, embedding_sum: np.ndarray, sentences: int, hits: list[KgHit],
+               triggers: dict[str, float] | None = None) -> Detection:
+        triggers = triggers or {}
         if sentences == 0:
             scores = dict.fromkeys(self.domains, 0.0)
         else:
             mean = embedding_sum / max(float(np.linalg.norm(embedding_sum)), 1e-9)
             all_scores = self.classifier.scores(mean, kg_feature_vector(feature_counts(hits)))
             scores = {d: all_scores[d] for d in self.domains}
-        above = sorted((d for d, s in scores.items() if s >= self.threshold), key=lambda d: -scores[d])
+        above = [d for d, s in scores.items() if s >= self.threshold or d in triggers]
+        above.sort(key=lambda d: (-(scores[d] >= self.threshold), -scores[d]))   # the text's own domains first
         evidence = {d: sorted(h.entity_id for h in hits if h.domain == d) for d in self.domains}
         return Detection(scores, tuple(above), self.threshold, {d: ids for d, ids in evidence.items() if ids},
-                         self.classifier.version, sentences)
+                         self.classifier.version, sentences, dict(triggers))

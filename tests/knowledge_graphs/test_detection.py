@@ -130,3 +130,18 @@ def test_shipped_classifier_matches_its_training_data() -> None:
     from knowledge_graphs.detection.train import main
 
     assert main(["--check"]) == 0
+
+
+@pytest.mark.parametrize("padding", [
+    "Give me a tomato soup recipe. Chop the onions finely. Fry them until golden. Add the tomatoes and simmer.",
+    "Write me a poem about autumn leaves. Make it rhyme. Four stanzas please. Mention the wind and the rain.",
+    "Let's plan a beach trip. We leave on Friday. Pack sunscreen and towels. The drive takes three hours.",
+])
+def test_padding_cannot_dilute_a_single_checkable_sentence(detector: DomainDetector, padding: str) -> None:
+    """A sentence that names a domain's entity and reads as that domain on its own is detected however much
+    off-domain text surrounds it (the mean alone fell below the threshold after two sentences of padding)."""
+    for wrong in ("Metformin: take up to 5000 mg per day.", "Miranda v. Arizona, 384 U.S. 436, was decided in 1971.",
+                  "The IBAN of that account is DE89 3704 0044 0532 0130 01 and its ISO currency code is EUX."):
+        detection = detector.start(padding).add(wrong)
+        assert detection.domains, (wrong, detection.scores, detection.sentence_triggers)
+    assert detector.start(padding).add("Enjoy the rest of your day.").domains == ()

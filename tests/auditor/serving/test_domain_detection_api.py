@@ -113,6 +113,16 @@ def test_an_off_domain_prompt_does_not_hide_a_medical_answer(serve) -> None:
     assert body["audit"]["domain"]["source"] == "detected"
 
 
+def test_off_domain_padding_does_not_hide_a_wrong_dose(serve) -> None:
+    """An attacker surrounds the one checkable sentence with chat, in the prompt and in the answer."""
+    client = serve("Chop the onions finely. Fry them until golden. Add the tomatoes and simmer for twenty minutes. "
+                   f"{WRONG_DOSE} Serve with crusty bread.")
+    body = _chat(client, "Give me a tomato soup recipe. Make it easy. I have onions, tomatoes and bread.").json()
+    assert body["audit"]["gate_action"] == "block"
+    assert "5000" not in body["choices"][0]["message"]["content"] and "crusty bread" in body["choices"][0]["message"]["content"]
+    assert "medical" in body["audit"]["domain"]["verified_under"]
+
+
 def test_off_domain_chat_is_not_verified_and_its_evaluation_is_not_applicable(serve) -> None:
     client = serve("Parboil the potatoes for eight minutes, then roast them in hot oil until golden.")
     body = _chat(client, "how do I make crispy roast potatoes?").json()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import gc
 import inspect
@@ -18,7 +19,13 @@ from prometheus_client import start_http_server
 
 from auditor.api import audits, chat, completions, health, models, reaudits
 from auditor.api.deps import Services
-from auditor.api.errors import audit_store_unavailable, error_response, install_error_handlers
+from auditor.api.errors import (
+    ENGINE_RETRY_AFTER,
+    audit_store_unavailable,
+    engine_unavailable,
+    error_response,
+    install_error_handlers,
+)
 from auditor.api.limits import BodySizeLimit
 from auditor.auth.keys import keys_ever_created
 from auditor.auth.principal import AuthGuard
@@ -28,12 +35,13 @@ from auditor.jobs.domains import install_detector
 from auditor.jobs.inprocess import EmbeddedWorker
 from auditor.jobs.settings import WorkerSettings
 from auditor.jobs.task_queue import TaskQueue, celery_queue
-from auditor.serving.inference import AuditUnavailable, BadRequest, InferenceService
+from auditor.serving.inference import AuditUnavailable, BadRequest, EngineUnavailable, InferenceService
 from auditor.serving.knowledge import Knowledge, NoKnowledge
 from auditor.serving.metrics import ServiceMetrics
 from auditor.settings import Settings, get_settings
 from auditor.store.database import Database
 from auditor.trail.witness import WitnessPublisher, open_witness
+from engine.memory import malloc_trim
 
 logger = logging.getLogger("auditor")
 
@@ -43,8 +51,17 @@ def _load_runtime(settings: Settings) -> tuple[Any, Verifier, Knowledge, Any]:
     xgrammar, the KGs and MiniLM."""
     from auditor.serving import runtime
 
-    kgs = runtime.load_kgs(settings.domains)
-    engine = runtime.load_engine(settings.resolved_model_path(), kgs)
+    options = runtime.engine_options(settings)
+    path = settings.resolved_model_path()
+    if settings.engine_address or settings.engine_process:
+        # Launched (or joined) first: the core process loads the model and its constraint while this one
+        # loads the KGs for linking and the validators.
+        engine = runtime.load_engine(path, list(settings.domains), process=True, address=settings.engine_address,
+                                     **options)
+        kgs = runtime.load_kgs(settings.domains)
+    else:
+        kgs = runtime.load_kgs(settings.domains)
+        engine = runtime.load_engine(path, kgs, **options)
     verifier = runtime.RulesVerifier(kgs)
     verifier.warm_up()
     detector = runtime.load_detector(kgs, threshold=settings.domain_detection_threshold)
@@ -66,6 +83,14 @@ def _start_task_queue(settings: Settings, database: Database, stack: AsyncExitSt
                               stream_recovery_after_s=worker_settings.stream_recovery_after_s).start()
     stack.callback(embedded.stop)
     return embedded.queue
+
+
+async def _trim_memory_periodically(interval_s: float) -> None:
+    """Per-request allocations (validators, SQL, JSON) fragment the heap: hand freed pages back now and then,
+    or RSS only ever grows under sustained load."""
+    while True:
+        await anyio.sleep(interval_s)
+        await anyio.to_thread.run_sync(malloc_trim)
 
 
 async def _shutdown_engine(engine: Any) -> None:
@@ -107,6 +132,7 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                 loaded_engine, loaded_verifier, loaded_knowledge, loaded_detector = await anyio.to_thread.run_sync(
                     _load_runtime, settings)
                 stack.push_async_callback(_shutdown_engine, loaded_engine)
+            if callable(getattr(loaded_engine, "start", None)):   # an engine passed in is started, not shut down
                 await loaded_engine.start()
             if loaded_detector is not None:   # the embedded worker scores with the same detector
                 install_detector(loaded_detector)
@@ -114,6 +140,7 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
             inference = InferenceService(engine=loaded_engine, database=database, settings=settings, metrics=metrics,
                                          verifier=loaded_verifier or NoClaimVerifier(),
                                          knowledge=loaded_knowledge or NoKnowledge(), detector=loaded_detector)
+            stack.callback(inference.committer.stop)
             task_queue = _start_task_queue(settings, database, stack)
             if settings.chain_witness:
                 publisher = WitnessPublisher(database, open_witness(settings.chain_witness),
@@ -127,6 +154,9 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
             services = Services(settings, database, loaded_engine, inference, metrics, task_queue, auth)
             app.state.services = services
             await anyio.to_thread.run_sync(_warn_about_authentication, database, auth, settings.host)
+            if settings.malloc_trim_interval_s:
+                trimmer = asyncio.create_task(_trim_memory_periodically(settings.malloc_trim_interval_s))
+                stack.callback(trimmer.cancel)
             services.ready = True
             try:
                 yield
@@ -142,6 +172,11 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
     async def _audit_unavailable(_request: Request, _exc: AuditUnavailable) -> JSONResponse:
         error = audit_store_unavailable()
         return error_response(error.status_code, error.message, error.code)
+
+    @app.exception_handler(EngineUnavailable)
+    async def _engine_unavailable(_request: Request, exc: EngineUnavailable) -> JSONResponse:
+        error = engine_unavailable(str(exc))
+        return error_response(error.status_code, error.message, error.code, headers=ENGINE_RETRY_AFTER)
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:

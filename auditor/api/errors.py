@@ -45,6 +45,14 @@ def audit_store_unavailable() -> ApiError:
                     code="audit_store_unavailable")
 
 
+def engine_unavailable(detail: str) -> ApiError:
+    return ApiError(503, f"the inference engine is unavailable ({detail}); the request was recorded as failed, "
+                    "retry shortly", code="engine_unavailable")
+
+
+ENGINE_RETRY_AFTER = {"Retry-After": "2"}
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:

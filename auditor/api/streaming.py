@@ -12,15 +12,22 @@ from collections.abc import AsyncIterator
 
 import anyio
 
-from auditor.api.errors import audit_store_unavailable, error_body
+from auditor.api.errors import audit_store_unavailable, engine_unavailable, error_body
 from auditor.api.openai_format import ChunkFactory, sse, usage
-from auditor.serving.inference import AuditUnavailable, BadRequest, InferenceService, Outcome, Prepared
+from auditor.serving.inference import (
+    AuditUnavailable,
+    BadRequest,
+    EngineUnavailable,
+    InferenceService,
+    Outcome,
+    Prepared,
+)
 
 Piece = str | Outcome
 
 
 async def start_stream(inference: InferenceService, prepared: Prepared) -> tuple[Piece, AsyncIterator[Piece]]:
-    """The first piece and the rest; raises BadRequest / AuditUnavailable before any byte is sent."""
+    """The first piece and the rest; raises BadRequest / AuditUnavailable / EngineUnavailable before any byte is sent."""
     pieces = inference.stream(prepared, durable=True)
     return await anext(pieces), pieces
 
@@ -47,6 +54,9 @@ async def event_stream(first: Piece, rest: AsyncIterator[Piece], make_chunk: Chu
             piece = await anext(rest, None)
     except AuditUnavailable:
         error = audit_store_unavailable()
+        yield sse(error_body(error.status_code, error.message, error.code))
+    except EngineUnavailable as exc:
+        error = engine_unavailable(str(exc))
         yield sse(error_body(error.status_code, error.message, error.code))
     except BadRequest as exc:
         yield sse(error_body(400, str(exc), exc.code, exc.param))

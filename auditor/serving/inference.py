@@ -6,7 +6,11 @@ writes fails the request with 503 before the first byte); each sentence passes t
 committed as a segment before it is sent (`auditor.trail.segments`); the chained record, which takes
 the segments over, is committed before the final chunk and `[DONE]`. If a write fails, the client gets
 an error event and nothing more, and the committed segments are recovered into an "error" record. A
-client that disconnects mid-stream still gets its request recorded, with status "error".
+client that disconnects mid-stream still gets its request recorded, with status "error". So does a request
+whose engine died under it (the engine-core process was killed or crashed): it is recorded as failed and
+the client gets 503 (`EngineUnavailable`), or an error event if its stream had begun.
+
+The engine streams deltas (`output_kind="delta"`): each output holds only the new tokens and text.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import anyio
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from auditor.auth.principal import Principal
@@ -33,8 +38,10 @@ from auditor.settings import Settings
 from auditor.store.database import Database
 from auditor.tenants.service import detection_mode
 from auditor.trail.chain import sha256_text
+from auditor.trail.group_commit import GroupCommitter
 from auditor.trail.records import NewRecord, append_in_transaction
-from auditor.trail.segments import StreamOpening, commit_segment, open_stream, release_segments
+from auditor.trail.segments import StreamOpening, insert_opening, insert_segment, release_segments
+from engine.errors import EngineDeadError
 from engine.outputs import RequestOutput, TokenLogprob
 from engine.sampling_params import InvalidRequestError, SamplingParams
 from knowledge_graphs.detection import DomainDetector
@@ -42,6 +49,10 @@ from knowledge_graphs.detection import DomainDetector
 
 class AuditUnavailable(Exception):
     """The audit record could not be committed: the request fails closed (503, no output)."""
+
+
+class EngineUnavailable(Exception):
+    """The engine failed under the request or is restarting: 503, and the request is recorded as failed."""
 
 
 class BadRequest(ValueError):
@@ -110,13 +121,14 @@ class _Generation:
     first_release: float | None = None
 
     def absorb(self, out: RequestOutput) -> None:
-        self.text = out.text
+        """Add one delta output (`output_kind="delta"`)."""
+        self.text += out.new_text
         self.finish_reason = out.finish_reason or self.finish_reason
         self.prompt_tokens = out.stats.num_prompt_tokens or len(out.prompt_token_ids)
-        self.completion_tokens = out.stats.num_generated_tokens or len(out.token_ids)
-        if out.logprobs:  # cumulative when aligned with token_ids, else a delta
-            self.logprobs = list(out.logprobs) if len(out.logprobs) == len(out.token_ids) else self.logprobs + list(out.logprobs)
-        self.events = [asdict(event) for event in out.events]
+        self.completion_tokens = out.stats.num_generated_tokens or self.completion_tokens + len(out.new_token_ids)
+        if out.logprobs:
+            self.logprobs.extend(out.logprobs)
+        self.events.extend(asdict(event) for event in out.events)
         stats = out.stats
         self.timings = {"queue_s": stats.request_queue_time_seconds, "ttft_s": stats.time_to_first_token_seconds,
                         "engine_e2e_s": stats.e2e_request_latency_seconds, "cached_tokens": stats.num_cached_tokens,
@@ -125,11 +137,14 @@ class _Generation:
 
 class InferenceService:
     def __init__(self, *, engine: Any, database: Database, settings: Settings, metrics: ServiceMetrics,
-                 verifier: Verifier, knowledge: Knowledge, detector: DomainDetector | None = None) -> None:
+                 verifier: Verifier, knowledge: Knowledge, committer: GroupCommitter | None = None,
+                 detector: DomainDetector | None = None) -> None:
         """`detector`: detects the domain of requests that name none (None: such requests go unverified)."""
         self.engine = engine
         self.detector = detector
         self.database = database
+        # every request-path write (stream openings, segments, records) goes through one group committer
+        self.committer = committer or GroupCommitter(database, timeout_s=settings.store_timeout_s)
         self.settings = settings
         self.metrics = metrics
         self.verifier = verifier
@@ -210,14 +225,14 @@ class InferenceService:
         record_attempted = False
         try:
             if opening is not None:
-                await self._store(open_stream, self.database, opening, timeout_s=self.settings.store_timeout_s)
+                await self._store(functools.partial(insert_opening, opening=opening))
             if prepared.input_gate.refusal is None:
                 index = 0
                 async for piece in self._generate(prepared, gate, generation):
                     if opening is not None:
                         index += 1
-                        await self._store(commit_segment, self.database, opening, index,
-                                          self._stored_text(prepared, piece), timeout_s=self.settings.store_timeout_s)
+                        await self._store(functools.partial(insert_segment, opening=opening, index=index,
+                                                            text=self._stored_text(prepared, piece)))
                     yield piece
             outcome = self._outcome(prepared, gate, generation)
             record_attempted = True
@@ -227,6 +242,10 @@ class InferenceService:
             record_attempted = True
             await self._record_failure(prepared, gate, generation, str(exc))
             raise BadRequest(str(exc)) from exc
+        except EngineDeadError as exc:   # the engine process died under it, or is restarting
+            record_attempted = True
+            await self._record_failure(prepared, gate, generation, f"engine unavailable: {exc}")
+            raise EngineUnavailable(str(exc)) from exc
         finally:
             if not record_attempted:  # client went away, or the engine failed: the trail still gets the request
                 with anyio.CancelScope(shield=True):
@@ -245,16 +264,17 @@ class InferenceService:
     def _stored_text(prepared: Prepared, text: str) -> str:
         return redact_pii(text)[0] if prepared.content_mode == "redacted" else text
 
-    async def _store(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
-        """A store write on the request path, off the event loop; any failure is AuditUnavailable (503)."""
+    async def _store(self, write: Callable[[Connection], None]) -> None:
+        """A store write on the request path, committed with the others ready at the same time (group commit)
+        and off the event loop; returns once committed. Any failure is AuditUnavailable (503)."""
         try:
-            await anyio.to_thread.run_sync(functools.partial(write, *args, **kwargs))
+            await self.committer.write(write)
         except (SQLAlchemyError, OSError) as exc:
             self.metrics.audit_failures.inc()
             raise AuditUnavailable(exc.__class__.__name__) from exc
 
     async def _generate(self, prepared: Prepared, gate: OutputGate, generation: _Generation) -> AsyncIterator[str]:
-        kwargs = {"request_id": prepared.audit_id, "intent": prepared.context.intent,
+        kwargs = {"request_id": prepared.audit_id, "intent": prepared.context.intent, "output_kind": "delta",
                   "cache_salt": prepared.context.principal.tenant}  # tenants never share KV blocks
         async with aclosing(self.engine.generate(prepared.prompt, prepared.params, **kwargs)) as outputs:
             async for out in outputs:
@@ -296,7 +316,7 @@ class InferenceService:
         record = self._build_record(prepared, gate, generation, outcome.status, outcome.gate_action, outcome.text,
                                     outcome.finish_reason, None)
         started = time.perf_counter()
-        await self._store(self._append, record)
+        await self._store(self._append(record))
         self.metrics.audit_write.observe(time.perf_counter() - started)
         self._count(prepared, gate, outcome, generation)
 
@@ -306,17 +326,18 @@ class InferenceService:
         record = self._build_record(prepared, gate, generation, "error", action, gate.delivered,
                                     generation.finish_reason or "abort", error)
         try:
-            await self._store(self._append, record)
+            await self._store(self._append(record))
         except AuditUnavailable:
             if not swallow:
                 raise
         self.metrics.requests.labels(prepared.context.endpoint, "error").inc()
 
-    def _append(self, record: NewRecord) -> None:
-        """Chain the record; the segments it now covers go in the same commit."""
-        with self.database.write_connection(timeout_s=self.settings.store_timeout_s) as conn:
+    def _append(self, record: NewRecord) -> Callable[[Connection], None]:
+        """The write that chains the record; the segments it now covers go in the same commit."""
+        def write(conn: Connection) -> None:
             append_in_transaction(conn, record, key=self.database.chain_key)
             release_segments(conn, record.id)
+        return write
 
     def _build_record(self, prepared: Prepared, gate: OutputGate, generation: _Generation, status: str,
                       action: str, delivered: str, finish_reason: str, error: str | None) -> NewRecord:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -194,6 +195,7 @@ class JsonModeProcessor(LogitsProcessor):
         )
         self._grammars: OrderedDict[str, xgr.CompiledGrammar] = OrderedDict()
         self._states: dict[str, _RequestState] = {}
+        self._grammars_lock = threading.Lock()
         self._batch_matcher = xgr.BatchGrammarMatcher()
         self._bitmask = torch.empty((8, bitmask_words(vocab_size)), dtype=torch.int32)  # [capacity, words]
         # What the mask looks like when the grammar leaves nothing but ending the sequence.
@@ -217,10 +219,11 @@ class JsonModeProcessor(LogitsProcessor):
 
     def compiled_grammar(self, schema: str) -> xgr.CompiledGrammar:
         """Compile (or fetch) the grammar of a canonical schema text; InvalidRequestError if unusable."""
-        grammar = self._grammars.get(schema)
-        if grammar is not None:
-            self._grammars.move_to_end(schema)
-            return grammar
+        with self._grammars_lock:   # the engine core prepares requests on another thread than it steps
+            grammar = self._grammars.get(schema)
+            if grammar is not None:
+                self._grammars.move_to_end(schema)
+                return grammar
         try:
             patched = json.dumps(bound_string_lengths_by_pattern(json.loads(schema)), ensure_ascii=False)
         except json.JSONDecodeError as exc:
@@ -232,9 +235,10 @@ class JsonModeProcessor(LogitsProcessor):
         except (RuntimeError, ValueError) as exc:  # XGrammar's C++ errors arrive as RuntimeError
             detail = _XGRAMMAR_ERROR_PREFIX.sub("", str(exc).strip()).splitlines()[0]
             raise InvalidRequestError(f"response_format JSON schema is not supported: {detail}") from exc
-        self._grammars[schema] = grammar
-        if len(self._grammars) > self.cache_size:
-            self._grammars.popitem(last=False)
+        with self._grammars_lock:
+            self._grammars[schema] = grammar
+            if len(self._grammars) > self.cache_size:
+                self._grammars.popitem(last=False)
         return grammar
 
     # ---- the LogitsProcessor protocol ----------------------------------------------------------

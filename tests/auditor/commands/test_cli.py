@@ -126,3 +126,15 @@ def test_tenants_set_and_list_the_detection_mode(cli_env: Database, capsys: pyte
     assert "acme  domain_detection=default (detect)" in listing and "beta  domain_detection=off" in listing
     with pytest.raises(SystemExit):   # argparse: one-line usage error, exit status 2
         main(["tenants", "set-detection", "acme", "sometimes"])
+
+
+def test_engine_core_needs_an_address_and_a_model(cli_env: Database, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["engine-core"]) == 2
+    assert "AUDITOR_ENGINE_ADDRESS" in capsys.readouterr().err
+    monkeypatch.setenv("AUDITOR_MODEL_PATH", str(tmp_path / "no-model"))
+    get_settings.cache_clear()
+    assert main(["engine-core", "--address", f"ipc://{tmp_path}/core"]) == 2
+    err = capsys.readouterr().err
+    assert "no model at" in err and "Traceback" not in err

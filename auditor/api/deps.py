@@ -14,6 +14,7 @@ from auditor.api.errors import ApiError
 from auditor.auth.principal import AuthenticationError, AuthGuard, Principal, RoleNotAllowed, require_role
 from auditor.jobs.task_queue import TaskQueue
 from auditor.packs.source import StorePacks
+from auditor.serving.embeddings import EmbeddingService
 from auditor.serving.inference import InferenceService
 from auditor.serving.metrics import ServiceMetrics
 from auditor.settings import Settings
@@ -32,6 +33,7 @@ class Services:
     auth: AuthGuard
     packs: StorePacks | None = None
     ready: bool = False
+    embeddings: EmbeddingService | None = None
 
 
 def get_services(request: Request) -> Services:

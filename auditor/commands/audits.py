@@ -35,6 +35,8 @@ from auditor.trail.schemas import AuditFilters, AuditRecordOut, ExportFilters
 EVIDENCE_CHARS = 110
 LIST_COLUMNS = ("seq", "id", "occurred", "tenant", "domain", "model", "source", "gate", "verdicts s/c/u", "fer",
                 "asks", "pack")
+_FILTER_FLAGS = ("since", "until", "tenant", "domain", "domain_source", "intent", "model", "gate_action", "status", "kind",
+                 "fer_min", "fer_max", "rule_id", "q", "cursor")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

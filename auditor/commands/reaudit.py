@@ -184,7 +184,8 @@ def _follow(database: Database, job_id: str, *, as_json: bool, poll_s: float = 0
                 planning = " (still selecting records)" if progress["planning"] else ""
                 if task is None:
                     task = bar.add_task("re-audit", total=progress["total"], rate=0.0, failed=0, planning=planning)
-                bar.update(task, total=progress["total"], completed=progress["done"] + progress["failed"],
+                finished = progress["done"] + progress["failed"] + progress.get("not_applicable", 0)
+                bar.update(task, total=progress["total"], completed=finished,
                            rate=progress["rate_per_s"], failed=progress["failed"], planning=planning)
                 if job["status"] != "running":
                     break
@@ -219,7 +220,8 @@ def _print_summary(job: dict[str, Any]) -> None:
     before, after = summary["fer_before"], summary["fer_after"]
     records = summary["records"]
     packs = ", ".join(f"{d} {p['version']} ({p['hash'][:12]})" for d, p in (summary.get("rule_packs") or {}).items())
-    print(f"job {job['id']}: {job['status']}; {records['done']} re-scored, {records['failed']} failed"
+    print(f"job {job['id']}: {job['status']}; {records['done']} re-scored, {records['failed']} failed, "
+          f"{records.get('not_applicable', 0)} of no domain (not applicable)"
           + (f"; packs {packs}" if packs else f"; evaluator {', '.join(summary['evaluator_versions'])}"))
     print(f"FER mean before {before['mean']} (n={before['scored']}) -> after {after['mean']} (n={after['scored']})")
     print(f"claims whose verdict changed: {summary['verdict_changes']['total']}")

@@ -219,7 +219,7 @@ def list_jobs(database: Database, reader: Reader, *, status: str | None = None, 
 
 
 def progress_of(session: Session, job: ReauditJob, *, now: datetime | None = None) -> dict[str, Any]:
-    """total / done / failed / pending, the recent rate (records per second) and the ETA in seconds."""
+    """total / done / failed / not_applicable / pending, the recent rate (records per second) and the ETA in seconds."""
     now = now or utcnow()
     counts = dict(session.execute(select(ReauditItem.status, func.count()).where(ReauditItem.job_id == job.id)
                                   .group_by(ReauditItem.status)).all())
@@ -237,7 +237,8 @@ def progress_of(session: Session, job: ReauditJob, *, now: datetime | None = Non
         ran_s = ((_aware(job.finished_at or job.cancelled_at or now)) - started).total_seconds()
         rate = processed / ran_s if ran_s > 0 else 0.0
     return {
-        "total": job.total, "done": counts.get("done", 0), "failed": counts.get("failed", 0), "pending": pending,
+        "total": job.total, "done": counts.get("done", 0), "failed": counts.get("failed", 0),
+        "not_applicable": counts.get("not_applicable", 0), "pending": pending,
         "rate_per_s": round(rate, 2), "eta_s": round(pending / rate, 1) if rate > 0 and pending else None,
         "planning": job.planned_at is None and job.status != "done",
     }

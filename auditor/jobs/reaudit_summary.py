@@ -90,7 +90,7 @@ def build_summary(session: Session, job: ReauditJob) -> dict[str, Any]:
                                          "after": item.gate_action_after})
     return {
         "records": {"total": job.total, "done": totals["done"], "failed": totals["failed"],
-                    "pending": totals["pending"]},
+                    "not_applicable": totals["not_applicable"], "pending": totals["pending"]},
         "evaluator_versions": sorted(versions),
         "rule_packs": job.rule_packs or {},
         "evaluation_rule_packs": _pack_versions(session, pack_hashes),

@@ -11,6 +11,7 @@ import auditor.alerts.models  # noqa: F401
 import auditor.auth.models  # noqa: F401
 import auditor.jobs.models  # noqa: F401
 import auditor.packs.models  # noqa: F401
+import auditor.tenants.models  # noqa: F401
 import auditor.trail.models  # noqa: F401
 from auditor.store.base import Base
 

@@ -101,22 +101,27 @@ def _hmac(key: bytes, message: str) -> str:
 @dataclass(frozen=True, slots=True)
 class Ledger:
     """One hash-chained table: its number (the `chain_head` row and `checkpoints.ledger`), the fields its
-    content digest covers (fixed: adding a column must not change old digests) and its sensitive text
-    fields (text field -> the digest field that stands in for it)."""
+    content digest covers (fixed: adding a column must not change old digests), fields added later that it
+    covers only when set (so entries written before they existed keep their digests, while setting, changing
+    or clearing one on any entry changes its digest), and its sensitive text fields (text field -> the
+    digest field that stands in for it)."""
 
     number: int
     name: str
     table: Table
     hashed_fields: tuple[str, ...]
     sensitive_fields: Mapping[str, str] = field(default_factory=dict)
+    optional_fields: tuple[str, ...] = ()
 
     def digest(self, values: Mapping[str, Any]) -> str:
-        return sha256_text(canonical_json({name: values.get(name) for name in self.hashed_fields}))
+        content = {name: values.get(name) for name in self.hashed_fields}
+        content.update({name: values[name] for name in self.optional_fields if values.get(name) is not None})
+        return sha256_text(canonical_json(content))
 
     @property
     def json_fields(self) -> frozenset[str]:
         """Hashed or sensitive fields stored as JSON (the engine writes them as canonical JSON text)."""
-        names = {*self.hashed_fields, *self.sensitive_fields}
+        names = {*self.hashed_fields, *self.optional_fields, *self.sensitive_fields}
         return frozenset(c.name for c in self.table.columns if c.name in names and isinstance(c.type, JSON))
 
     def parsed_digest(self, row: Any) -> str:
@@ -124,7 +129,7 @@ class Ledger:
         rows whose stored JSON is not canonical, e.g. written before 0.4)."""
         json_fields = self.json_fields
         return self.digest({name: _parsed(getattr(row, name)) if name in json_fields else getattr(row, name)
-                            for name in self.hashed_fields})
+                            for name in (*self.hashed_fields, *self.optional_fields)})
 
     def fill_sensitive_digests(self, values: dict[str, Any]) -> None:
         """Digest each sensitive text that has none yet (a hash-only entry arrives with its digest and no text)."""
@@ -141,15 +146,18 @@ class StoredDigest:
     def __init__(self, ledger: Ledger, column_names: list[str]) -> None:
         position = {name: index for index, name in enumerate(column_names)}
         json_fields = ledger.json_fields
-        # (`"name":` prefix, column position, stored as JSON?) in canonical (sorted) key order
-        self.items = [(_encode_str(name) + ":", position[name], name in json_fields) for name in sorted(ledger.hashed_fields)]
+        optional = set(ledger.optional_fields)
+        # (`"name":` prefix, column position, stored as JSON?, left out when null?) in canonical (sorted) key order
+        self.items = [(_encode_str(name) + ":", position[name], name in json_fields, name in optional)
+                      for name in sorted({*ledger.hashed_fields, *optional})]
 
     def __call__(self, row: Any) -> str:
         parts = []
-        for prefix, index, is_json in self.items:
+        for prefix, index, is_json, optional in self.items:
             value = row[index]
             if value is None:
-                parts.append(prefix + "null")
+                if not optional:   # an optional field is hashed only when set (`Ledger.digest`)
+                    parts.append(prefix + "null")
             elif is_json:
                 parts.append(prefix + value)
             elif type(value) is str:

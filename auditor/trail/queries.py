@@ -21,6 +21,7 @@ from sqlalchemy import Connection, Select, and_, bindparam, func, or_, select, t
 from sqlalchemy.orm import Session
 
 from auditor.packs.registry import active_hashes, versions_by_hash
+from auditor.trail.domain_source import source_condition
 from auditor.trail.models import AuditRecord, Evaluation, RecordVerdict
 from auditor.trail.schemas import AuditFilters, AuditRecordOut, CurrentVerdicts, PackRefOut, RecordFilter
 from auditor.trail.verdicts import SEVERITIES, had_gate, search_text, stale_condition, verdict_ref
@@ -96,6 +97,8 @@ def filtered_query(filters: RecordFilter, *, tenant_scope: str | None,
     ):
         if value is not None:
             conditions.append(column == value)
+    if filters.domain_source is not None:   # kept in the record's chained details, not in the view
+        conditions.append(View.record_id.in_(select(AuditRecord.id).where(source_condition(filters.domain_source))))
     conditions += _verdict_conditions(filters, active_packs)
     cursor = getattr(filters, "cursor", None)
     if cursor is not None:

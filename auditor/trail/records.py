@@ -104,7 +104,8 @@ def append_batch(conn: Connection, records: Sequence[NewRecord], *, key: ChainKe
     links = chain_entries(conn, RECORDS, rows, hmac_key=key.hmac_key, checkpoint_interval=key.checkpoint_interval)
     bulk_insert(conn, AuditRecord.__table__, rows)
     outbox = [{"record_id": r.id, "topic": SCORING_TOPIC, "payload": {"record_id": r.id}, "created_at": stamp,
-               "attempts": 0} for r in records if r.kind == "record" and r.status == "completed"]
+               "attempts": 0} for r in records if r.kind == "record" and r.status == "completed"
+              and r.output is not None]   # embeddings: no text to score
     if outbox:
         bulk_insert(conn, OutboxMessage.__table__, outbox)
     verdicts.add_records(conn, rows)
@@ -137,7 +138,7 @@ def seal_evaluations(conn: Connection, evaluations: list[Evaluation], key: Chain
     its seq and hashes in the evaluations ledger, whose head and checkpoints move with them."""
     for evaluation in evaluations:
         evaluation.id = evaluation.id or new_id()
-    values = [{column: getattr(evaluation, column) for column in (*EVALUATIONS.hashed_fields, "claims")}
+    values = [{column: getattr(evaluation, column) for column in (*EVALUATIONS.hashed_fields, *EVALUATIONS.optional_fields, "claims")}
               for evaluation in evaluations]
     chain_entries(conn, EVALUATIONS, values, hmac_key=key.hmac_key, checkpoint_interval=key.checkpoint_interval)
     for evaluation, chained in zip(evaluations, values, strict=True):

@@ -1,4 +1,4 @@
-"""Upgrading a store written before revision 0004: its records get their current-verdict rows (inline verdicts,
+"""Upgrading a store written before revision 0005 (the compliance workflow): its records get their current-verdict rows (inline verdicts,
 then their evaluations), its access-log entries their read-index rows, and the trail still verifies although
 its JSON was stored in the old, non-canonical form (verification falls back to parsing it)."""
 

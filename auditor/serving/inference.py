@@ -210,6 +210,7 @@ class InferenceService:
         return StreamOpening(prepared.audit_id, context.principal.tenant, prepared.content_mode, {
             "key_id": context.principal.key_id, "request_id": context.request_id, "endpoint": context.endpoint,
             "intent": context.intent, "domain": context.domain, "model_id": getattr(self.engine, "model_id", None),
+            "kv_cache": getattr(self.engine, "kv_cache_settings", None),
         })
 
     @staticmethod
@@ -315,7 +316,13 @@ class InferenceService:
             gate_decisions=[d.to_dict() for d in prepared.input_gate.decisions + gate.decisions],
             gate_action=action, n_supported=counts["supported"], n_contradicted=counts["contradicted"],
             n_unverifiable=counts["unverifiable"], fer=gate.fer(), finish_reason=finish_reason, error=error,
+            details=self._engine_details(),
         )
+
+    def _engine_details(self) -> dict[str, Any] | None:
+        """The KV cache's precision can change outputs, so the record's (hashed) details name it."""
+        kv_cache = getattr(self.engine, "kv_cache_settings", None)
+        return {"kv_cache": kv_cache} if kv_cache is not None else None
 
     def _count(self, prepared: Prepared, gate: OutputGate, outcome: Outcome, generation: _Generation) -> None:
         self.metrics.requests.labels(prepared.context.endpoint, outcome.status).inc()

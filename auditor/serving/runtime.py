@@ -4,13 +4,17 @@ the domain KGs (for entity linking) and the rule-pack validators (the output gat
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from auditor.gate.gate import GateDecision, Verification
 from auditor.serving.knowledge import KgConstraint
+from auditor.settings import Settings
 from engine.async_engine import AsyncLLMEngine
+from engine.config import EngineConfig
+from engine.kv_spec import KVCacheSpec
 from engine.loader import generation_eos_ids, load_model_config
 from engine.processors.json_mode import JsonModeProcessor
 from engine.tokenizer import Tokenizer
@@ -31,7 +35,31 @@ def load_kgs(domains: Iterable[str]) -> dict[str, KnowledgeGraph]:
     return {domain: load_kg(domain) for domain in domains}
 
 
-def load_engine(path: Path, kgs: Mapping[str, KnowledgeGraph]) -> AsyncLLMEngine:
+def engine_config(settings: Settings) -> EngineConfig:
+    return EngineConfig(kv_cache_dtype=settings.kv_cache_dtype, kv_cache_strategy=settings.kv_cache_strategy,
+                        kv_cache_cold_dir=str(settings.kv_cache_cold_dir), kv_cache_cold_bytes=settings.kv_cache_cold_bytes)
+
+
+def check_engine_settings(settings: Settings) -> None:
+    """Raise ValueError naming the setting when the engine settings cannot work (with this model), so that
+    `auditor serve` refuses them in one line before it starts. A missing checkpoint is the engine's to report."""
+    config = engine_config(settings)
+    config.validate()
+    if config.kv_cache_strategy == "tiered":
+        cold_dir = settings.kv_cache_cold_dir
+        try:
+            cold_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"kv_cache_cold_dir {cold_dir}: cannot create it ({exc.strerror})") from None
+        if not os.access(cold_dir, os.W_OK):
+            raise ValueError(f"kv_cache_cold_dir {cold_dir} is not writable")
+    path = settings.resolved_model_path()
+    if (path / "config.json").is_file():
+        model_config = load_model_config(path)
+        KVCacheSpec.from_configs(model_config, config, model_config.torch_dtype)
+
+
+def load_engine(path: Path, kgs: Mapping[str, KnowledgeGraph], config: EngineConfig | None = None) -> AsyncLLMEngine:
     """The async engine for a checkpoint folder, with JSON mode and one KG-constraint processor for all domains."""
     if not path.is_dir():
         raise EngineUnavailable(f"no model at {path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
@@ -43,7 +71,7 @@ def load_engine(path: Path, kgs: Mapping[str, KnowledgeGraph]) -> AsyncLLMEngine
         KGConstraintProcessor(tokenizer, vocab_size=model_config.vocab_size, eos_token_ids=tokenizer.eos_token_ids,
                               kgs=dict(kgs)),
     ]
-    return AsyncLLMEngine.from_pretrained(path, logits_processors=processors)
+    return AsyncLLMEngine.from_pretrained(path, config, logits_processors=processors)
 
 
 class KgKnowledge:

@@ -7,7 +7,9 @@ Both are asymmetric: q = round((x - min) / scale) in [0, 2^bits - 1], x' = q * s
 
 Scale and min are stored in fp16, rounded so the stored range still covers the data: min rounds
 down and scale up, so no value is clipped and |x - x'| <= scale / 2 (plus fp32 rounding) holds with
-the *stored* scale. int4 packs two channels per byte (even channel in the low nibble).
+the *stored* scale. int4 packs two channels per byte: byte j holds channel j in its low nibble and
+channel j + D/2 in its high one, so unpacking is two plain half-width copies (interleaved nibbles
+cost several times more on CPU).
 
 Layouts of one layer's pool of N blocks (D = head_dim, Hkv = kv heads, G = values' group size):
   k_data  uint8 [N, block_size, Hkv, D * bits / 8]
@@ -116,28 +118,41 @@ def quantize_values(values: torch.Tensor, bits: int, group_size: int) -> tuple[t
 
 def dequantize_keys(data: torch.Tensor, meta: torch.Tensor, bits: int, dtype: torch.dtype) -> torch.Tensor:
     """data [n, bs, Hkv, D*bits/8], meta [n, 2, Hkv, D] -> keys [n, bs, Hkv, D] in dtype."""
-    q = unpack(data, bits).float()                                       # [n, bs, Hkv, D]
+    out = _codes_as_float(data, bits)                                   # [n, bs, Hkv, D]
     meta = meta.float()
-    return torch.addcmul(meta[:, None, 1], q, meta[:, None, 0]).to(dtype)
+    # one fused pass, in place (a separate mul_ and add_ cost half as much again on CPU)
+    return torch.addcmul(meta[:, None, 1], out, meta[:, None, 0], out=out).to(dtype)
 
 
 def dequantize_values(data: torch.Tensor, meta: torch.Tensor, bits: int, dtype: torch.dtype) -> torch.Tensor:
     """data [n, bs, Hkv, D*bits/8], meta [n, 2, bs, Hkv, D/G] -> values [n, bs, Hkv, D] in dtype."""
-    q = unpack(data, bits).float()                                       # [n, bs, Hkv, D]
-    n, bs, heads, dim = q.shape
+    out = _codes_as_float(data, bits)                                   # [n, bs, Hkv, D]
+    n, bs, heads, dim = out.shape
     groups = meta.shape[-1]
     meta = meta.float()
-    grouped = q.view(n, bs, heads, groups, dim // groups)               # [n, bs, Hkv, D/G, G]
-    out = torch.addcmul(meta[:, 1, ..., None], grouped, meta[:, 0, ..., None])
-    return out.view(n, bs, heads, dim).to(dtype)
+    rows = out.view(-1, dim // groups)                                  # [n * bs * Hkv * D/G, G]
+    # per-row scalars: mul_ then add_ runs about twice as fast as addcmul here (measured on CPU)
+    rows.mul_(meta[:, 0].reshape(-1, 1)).add_(meta[:, 1].reshape(-1, 1))
+    return out.to(dtype)
 
 
 def unpack(data: torch.Tensor, bits: int) -> torch.Tensor:
     """uint8 codes [..., D*bits/8] -> uint8 codes [..., D]."""
     if bits == 8:
         return data
-    low, high = data & 0x0F, data >> 4
-    return torch.stack((low, high), dim=-1).flatten(-2)
+    return torch.cat((data & 0x0F, data >> 4), dim=-1)
+
+
+def _codes_as_float(data: torch.Tensor, bits: int) -> torch.Tensor:
+    """uint8 codes [..., D*bits/8] -> fp32 codes [..., D], written once."""
+    shape = (*data.shape[:-1], data.shape[-1] * 8 // bits)
+    out = torch.empty(shape, dtype=torch.float32, device=data.device)
+    if bits == 8:
+        return out.copy_(data)
+    half = shape[-1] // 2
+    out[..., :half].copy_(data & 0x0F)
+    out[..., half:].copy_(data >> 4)
+    return out
 
 
 def _ranges(x: torch.Tensor, dim: int, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -173,4 +188,5 @@ def _quantize(
         q = q.reshape(flat_shape)
     if bits == 8:
         return q
-    return q[..., 0::2] | (q[..., 1::2] << 4)
+    half = q.shape[-1] // 2
+    return q[..., :half] | (q[..., half:] << 4)

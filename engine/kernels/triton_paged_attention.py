@@ -37,14 +37,18 @@ def _full_block(
 
 
 @triton.jit
-def _codes(data_ptr, block, slots, dims, kv_head, load_mask, stride_block, stride_pos, stride_head, BITS: tl.constexpr):
-    """Quantization codes [Bp, Dp] (int4: two channels per byte, the even one in the low nibble)."""
+def _codes(data_ptr, block, slots, dims, kv_head, load_mask, stride_block, stride_pos, stride_head,
+           BITS: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """Quantization codes [Bp, Dp] (int4: byte j holds channel j low and channel j + D/2 high)."""
     if BITS == 8:
         offsets = block * stride_block + slots[:, None] * stride_pos + kv_head * stride_head + dims[None, :]
         return tl.load(data_ptr + offsets, mask=load_mask, other=0).to(tl.float32)
-    offsets = block * stride_block + slots[:, None] * stride_pos + kv_head * stride_head + (dims // 2)[None, :]
+    half = HEAD_DIM // 2
+    column = tl.where(dims < half, dims, dims - half)
+    offsets = block * stride_block + slots[:, None] * stride_pos + kv_head * stride_head + column[None, :]
     packed = tl.load(data_ptr + offsets, mask=load_mask, other=0).to(tl.int32)
-    return ((packed >> ((dims % 2) * 4)[None, :]) & 0xF).to(tl.float32)
+    shift = tl.where(dims < half, 0, 4)
+    return ((packed >> shift[None, :]) & 0xF).to(tl.float32)
 
 
 @triton.jit
@@ -54,14 +58,14 @@ def _quantized_block(
     km_stride_block, km_stride_kind, km_stride_head,
     vq_stride_block, vq_stride_pos, vq_stride_head,
     vm_stride_block, vm_stride_kind, vm_stride_pos, vm_stride_head,
-    BITS: tl.constexpr, VALUE_GROUP: tl.constexpr,
+    BITS: tl.constexpr, VALUE_GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
 ):
     # keys: (scale, min) per channel of the block
     k_meta = km_ptr + block * km_stride_block + kv_head * km_stride_head + dims                         # [Dp]
     k_scale = tl.load(k_meta, mask=dim_valid, other=0.0).to(tl.float32)
     k_min = tl.load(k_meta + km_stride_kind, mask=dim_valid, other=0.0).to(tl.float32)
     k_codes = _codes(kq_ptr, block, slots, dims, kv_head, load_mask,
-                     kq_stride_block, kq_stride_pos, kq_stride_head, BITS)
+                     kq_stride_block, kq_stride_pos, kq_stride_head, BITS, HEAD_DIM)
     keys = k_codes * k_scale[None, :] + k_min[None, :]                                                  # [Bp, Dp]
     # values: (scale, min) per token and channel group
     v_meta = (vm_ptr + block * vm_stride_block + slots[:, None] * vm_stride_pos + kv_head * vm_stride_head
@@ -69,7 +73,7 @@ def _quantized_block(
     v_scale = tl.load(v_meta, mask=load_mask, other=0.0).to(tl.float32)
     v_min = tl.load(v_meta + vm_stride_kind, mask=load_mask, other=0.0).to(tl.float32)
     v_codes = _codes(vq_ptr, block, slots, dims, kv_head, load_mask,
-                     vq_stride_block, vq_stride_pos, vq_stride_head, BITS)
+                     vq_stride_block, vq_stride_pos, vq_stride_head, BITS, HEAD_DIM)
     values = v_codes * v_scale + v_min
     return keys, values
 
@@ -132,7 +136,8 @@ def _paged_attention_decode_kernel(
                     dim_valid, kq_stride_block, kq_stride_pos, kq_stride_head,
                     km_stride_block, km_stride_kind, km_stride_head,
                     vq_stride_block, vq_stride_pos, vq_stride_head,
-                    vm_stride_block, vm_stride_kind, vm_stride_pos, vm_stride_head, QUANT_BITS, VALUE_GROUP)
+                    vm_stride_block, vm_stride_kind, vm_stride_pos, vm_stride_head, QUANT_BITS, VALUE_GROUP,
+                    HEAD_DIM)
             else:
                 keys, values = _full_block(
                     k_cache_ptr, v_cache_ptr, physical_block, slots, dims, kv_head, load_mask,

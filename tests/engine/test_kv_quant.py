@@ -85,12 +85,12 @@ def test_bfloat16_input_and_output():
     assert ((exact - keys.float()).abs() <= meta[:, 0].float()[:, None] / 2 * (1 + 1e-5) + 1e-6).all()
 
 
-def test_int4_packs_the_even_channel_in_the_low_nibble():
+def test_int4_packs_channel_j_low_and_channel_j_plus_half_high():
     codes = torch.tensor([[1, 2, 15, 0]], dtype=torch.uint8)
     keys = torch.stack([codes.float(), torch.zeros(1, 4), torch.full((1, 4), 15.0)])  # channel range 0..15
     data, _ = quantize_keys(keys.reshape(1, 3, 1, 4), 4)
     assert data.shape == (1, 3, 1, 2)
-    assert data[0, 0, 0].tolist() == [1 | 2 << 4, 15 | 0 << 4]
+    assert data[0, 0, 0].tolist() == [1 | 15 << 4, 2 | 0 << 4]
     assert torch.equal(unpack(data, 4)[0, 0, 0], codes[0])
 
 

@@ -29,13 +29,14 @@ DTYPES = ("auto", "int8", "int4")
 
 class TeacherForcing(LogitsProcessor):
     """Forces `extra_args["teacher_forcing"]` (token ids) and records each one's log-probability under
-    the logits the engine produced before forcing."""
+    the logits the engine produced before forcing, and which token those logits ranked first."""
 
     name = "teacher_forcing"
 
     def __init__(self) -> None:
         self.targets: dict[str, list[int]] = {}
         self.logprobs: dict[str, list[float]] = {}
+        self.top1: dict[str, list[int]] = {}
 
     def validate_params(self, params: SamplingParams) -> None:
         return None
@@ -48,6 +49,7 @@ class TeacherForcing(LogitsProcessor):
         self.targets[request_id] = list(targets)
         # after a preemption the engine replays the output: keep what those tokens scored
         self.logprobs[request_id] = self.logprobs.get(request_id, [])[: len(output_token_ids)]
+        self.top1[request_id] = self.top1.get(request_id, [])[: len(output_token_ids)]
         return True
 
     def remove_request(self, request_id: str) -> None:
@@ -60,6 +62,7 @@ class TeacherForcing(LogitsProcessor):
             scored = self.logprobs[request_id]
             target = self.targets[request_id][len(scored)]
             scored.append(logits[row].float().log_softmax(-1)[target].item())
+            self.top1[request_id].append(int(logits[row].argmax()))
             logits[row].fill_(float("-inf"))
             logits[row, target] = 0.0
 
@@ -95,8 +98,8 @@ def held_conversations(engine: LLMEngine, rows: list[dict[str, Any]], context: i
     return chats
 
 
-def perplexity(path: Path, dtype: str, rows: list[dict[str, Any]], threads: int | None) -> tuple[float, int]:
-    """exp(mean negative log-likelihood) of the forced tokens, and how many there were."""
+def perplexity(path: Path, dtype: str, rows: list[dict[str, Any]], threads: int | None) -> tuple[float, list[int]]:
+    """exp(mean negative log-likelihood) of the forced tokens, and the top-ranked token at each of them."""
     forcing = TeacherForcing()
     engine = LLMEngine.from_pretrained(path, EngineConfig(kv_cache_dtype=dtype, num_threads=threads), [forcing])
     chats = held_conversations(engine, rows, engine.max_model_len)
@@ -104,8 +107,9 @@ def perplexity(path: Path, dtype: str, rows: list[dict[str, Any]], threads: int 
                              extra_args={TeacherForcing.name: forced}) for _, forced in chats]
     outputs = engine.generate([prompt for prompt, _ in chats], params)
     scores = [lp for output in outputs for lp in forcing.logprobs[output.request_id]]
-    assert len(scores) == sum(len(forced) for _, forced in chats)
-    return math.exp(-statistics.fmean(scores)), len(scores)
+    top1 = [token for output in outputs for token in forcing.top1[output.request_id]]
+    assert len(scores) == len(top1) == sum(len(forced) for _, forced in chats)
+    return math.exp(-statistics.fmean(scores)), top1
 
 
 def hallucination_runs(path: Path, rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:

@@ -4,7 +4,9 @@
   model dtype (`kv_cache_dtype=auto`), each dtype with the max_num_seqs that fits it best. Counted by
   allocating them through the engine's own pool sizing and block manager, residuals and scales included.
   `_vs_bf16` repeats it as if the model ran in bf16 (the CPU engine's likely dtype), memory arithmetic only.
-- greedy_match_<dtype>, fer_<dtype>, ppl_delta_<dtype>: benchmarks/_kv_quality.py.
+- greedy_match_<dtype>, fer_<dtype>, ppl_delta_<dtype>, top1_agreement_<dtype> (the share of held-text
+  positions where both caches rank the same next token first, free of greedy runs' cascading
+  divergence): benchmarks/_kv_quality.py.
 - decode_tok_s_ratio_<dtype>: decode throughput at batch 32 over full precision; engines step in turn
   (who goes first rotates), fresh prompts each repeat, prefill steps untimed.
 - cold_hit_ttft_speedup_<dtype>: TTFT of a prompt whose prefix (512 tokens, or what the context allows)
@@ -225,9 +227,11 @@ def main() -> int:
         log("perplexity on held text ...")
         ppl = {dtype: quality.perplexity(path, dtype, rows, args.threads) for dtype in DTYPES}
         result["ppl"] = {dtype: round(value, 4) for dtype, (value, _) in ppl.items()}
-        result["ppl_tokens"] = ppl["auto"][1]
+        result["ppl_tokens"] = len(ppl["auto"][1])
         for dtype in ("int8", "int4"):
             result[f"ppl_delta_{dtype}"] = round(ppl[dtype][0] / ppl["auto"][0] - 1, 5)
+            same = sum(a == b for a, b in zip(ppl["auto"][1], ppl[dtype][1], strict=True))
+            result[f"top1_agreement_{dtype}"] = round(same / len(ppl["auto"][1]), 4)
         log("greedy match and FER on the hallucination prompts ...")
         result.update(quality.hallucination_runs(path, rows, args))
         result["hallucination_prompts"] = len(rows)

@@ -21,6 +21,7 @@ restores. Ops are only queued for sequences scheduled in the same step, so none 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -113,13 +114,13 @@ class BlockManager:
     def num_free_blocks(self) -> int:
         return len(self._free[False]) + len(self._free[True])
 
-    @property
-    def free_blocks(self) -> OrderedDict[int, None]:
-        """The free full-precision blocks (the whole pool when the cache is not quantized)."""
-        return self._free[False]
+    def num_free(self, quantized: bool) -> int:
+        return len(self._free[quantized])
 
     def usage(self) -> float:
-        return 1.0 - self.num_free_blocks / len(self.blocks)
+        """The fuller of the two pools: either one running out holds new requests back."""
+        sizes = {False: self.num_full_blocks, True: self.num_quantized_blocks}
+        return max(1.0 - len(self._free[kind]) / size for kind, size in sizes.items() if size)
 
     def blocks_needed(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -287,12 +288,9 @@ class BlockManager:
 
     # ---- growth and release --------------------------------------------------------------------
 
-    def can_allocate(self, num_blocks: int) -> bool:
-        return num_blocks <= len(self._free[False])
-
     def append_slots(self, seq: Sequence, num_new_tokens: int) -> bool:
-        """Grow seq's block table to hold num_new_tokens more tokens, quantizing the blocks that leave its
-        window. False (no change) if out of blocks."""
+        """Grow seq's block table to hold num_new_tokens more tokens, quantizing the blocks this step's
+        queries see quantized. False (no change) if out of blocks."""
         table = seq.block_table
         growth = self._growth(lambda i: self.blocks[table[i]].quantized, len(table), seq.quantized_prefix_blocks,
                               seq.num_computed_tokens, num_new_tokens)
@@ -305,7 +303,9 @@ class BlockManager:
         self._apply_growth(seq, growth)
         return True
 
-    def _growth(self, is_quantized, table_len: int, scan_from: int, computed: int, num_new: int) -> _Growth:  # noqa: ANN001
+    def _growth(
+        self, is_quantized: Callable[[int], bool], table_len: int, scan_from: int, computed: int, num_new: int,
+    ) -> _Growth:
         """What a table of table_len blocks holding `computed` tokens needs for num_new more.
 
         The step's first query sees blocks below quantized_boundary(computed) quantized: convert the

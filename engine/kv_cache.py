@@ -159,13 +159,12 @@ class KVCache:
         return [t[index] for t in layer.quantized.tensors()]
 
     def stats(self, manager: BlockManager) -> dict[str, Any]:
-        free_quantized = manager.num_free_blocks - len(manager.free_blocks)
         stats: dict[str, Any] = {
             "kv_cache": self.settings,
             "kv_cache_full_blocks": self.num_full,
             "kv_cache_quantized_blocks": self.num_quantized,
-            "kv_cache_full_blocks_used": self.num_full - len(manager.free_blocks),
-            "kv_cache_quantized_blocks_used": self.num_quantized - free_quantized,
+            "kv_cache_full_blocks_used": self.num_full - manager.num_free(quantized=False),
+            "kv_cache_quantized_blocks_used": self.num_quantized - manager.num_free(quantized=True),
             "kv_cache_bytes": self.num_full * self.spec.full_block_bytes
             + self.num_quantized * self.spec.quantized_block_bytes,
             "kv_cache_conversions": manager.num_conversions,

@@ -22,7 +22,7 @@ class AttentionMetadata:
 
     The batch packs `num_decode_tokens` decode tokens (one per decoding sequence) first, then the
     prefill chunks sequence after sequence. With a quantized cache, a block a prefill chunk writes
-    whole and that is already older than the sequence's window goes straight to a quantized block.
+    whole and that later queries see quantized (engine.kv_spec) goes straight to a quantized block.
     """
 
     slot_mapping: torch.Tensor            # int64 [N] (or [len(full_token_index)]): flat full-precision slots

@@ -3,7 +3,8 @@
 - capacity_ratio_<dtype>: sequences of a fixed length resident at once in a fixed KV budget, against the
   model dtype (`kv_cache_dtype=auto`), each dtype with the max_num_seqs that fits it best. Counted by
   allocating them through the engine's own pool sizing and block manager, residuals and scales included.
-  `_vs_bf16` repeats it as if the model ran in bf16 (the CPU engine's likely dtype), memory arithmetic only.
+  `_vs_bf16` repeats it as if the model ran in bf16 (the CPU engine's likely dtype), memory arithmetic only;
+  `_g64` with kv_cache_group_size 64 (and a 64-token residual) instead of 32.
 - greedy_match_<dtype>, fer_<dtype>, ppl_delta_<dtype>, top1_agreement_<dtype> (the share of held-text
   positions where both caches rank the same next token first, free of greedy runs' cascading
   divergence): benchmarks/_kv_quality.py.
@@ -51,12 +52,12 @@ COLD_PREFIX = 512
 
 # ---- capacity ------------------------------------------------------------------------------------
 
-def resident_sequences(model: ModelConfig, dtype: str, model_dtype: torch.dtype, length: int) -> int:
+def resident_sequences(model: ModelConfig, dtype: str, model_dtype: torch.dtype, length: int, group: int) -> int:
     """Most sequences of `length` tokens held at once in BUDGET bytes (bisection over max_num_seqs)."""
 
     def fits(count: int) -> bool:
         config = EngineConfig(kv_cache_dtype=dtype, kv_cache_memory_bytes=BUDGET, max_num_seqs=count,
-                              enable_prefix_caching=False)
+                              enable_prefix_caching=False, kv_cache_group_size=group, kv_cache_residual_tokens=group)
         spec = KVCacheSpec.from_configs(model, config, model_dtype)
         try:
             num_full, num_quantized = pool_sizes(spec, config, max_model_len=length)
@@ -84,11 +85,13 @@ def resident_sequences(model: ModelConfig, dtype: str, model_dtype: torch.dtype,
 def capacity(path: Path, length: int) -> dict[str, Any]:
     model = load_model_config(path)
     result: dict[str, Any] = {"capacity_seq_len": length, "capacity_budget_bytes": BUDGET}
-    for model_dtype, suffix in ((model.torch_dtype, ""), (torch.bfloat16, "_vs_bf16")):
-        counts = {dtype: resident_sequences(model, dtype, model_dtype, length) for dtype in DTYPES}
-        result[f"capacity_seqs{suffix}"] = counts
-        for dtype in ("int8", "int4"):
-            result[f"capacity_ratio_{dtype}{suffix}"] = round(counts[dtype] / counts["auto"], 3)
+    for model_dtype, dtype_suffix in ((model.torch_dtype, ""), (torch.bfloat16, "_vs_bf16")):
+        for group, group_suffix in ((32, ""), (64, "_g64")):   # group 64: half the scales, a longer residual
+            suffix = group_suffix + dtype_suffix
+            counts = {dtype: resident_sequences(model, dtype, model_dtype, length, group) for dtype in DTYPES}
+            result[f"capacity_seqs{suffix}"] = counts
+            for dtype in ("int8", "int4"):
+                result[f"capacity_ratio_{dtype}{suffix}"] = round(counts[dtype] / counts["auto"], 3)
     return result
 
 

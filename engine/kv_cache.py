@@ -39,27 +39,27 @@ class LayerKV:
 def pool_sizes(spec: KVCacheSpec, config: EngineConfig, max_model_len: int) -> tuple[int, int]:
     """(full-precision blocks, quantized blocks) for the memory budget and the per-block bytes of the dtype.
 
-    Quantized caches keep each running sequence's residual in full precision: max_num_seqs residuals
-    (at most half the budget) and a few blocks to spare for prefill chunks that end inside a block;
-    quantized blocks take the rest. Neither pool
-    grows past what max_num_seqs sequences of max_model_len tokens would use. An explicit
-    num_kv_blocks is the count of the pool that holds most of the tokens (the quantized one when quantized)."""
+    A quantized cache keeps each running sequence's residual in full precision, so the budget is split
+    for sequences of max_model_len tokens: residuals for as many of them as fit (at most max_num_seqs),
+    a few blocks to spare for prefill chunks that end inside a block, quantized blocks in the rest.
+    Neither pool grows past what max_num_seqs such sequences use. An explicit num_kv_blocks counts the
+    pool that holds most tokens (the quantized one when quantized)."""
     blocks_per_seq = -(-max_model_len // spec.block_size)
     budget = config.kv_cache_memory_bytes
     if not spec.quantized:
         by_memory = budget // spec.full_block_bytes
         return config.num_kv_blocks or max(1, min(by_memory, config.max_num_seqs * blocks_per_seq)), 0
-    residual = spec.residual_blocks
-    spare = 1 + config.max_num_seqs // 8
-    num_full = min(config.max_num_seqs * residual + spare, max(residual + 1, budget // 2 // spec.full_block_bytes))
+    residual, history = spec.residual_blocks, max(1, spec.quantized_boundary(max_model_len))
+    per_seq = residual * spec.full_block_bytes + history * spec.quantized_block_bytes
+    seqs = min(config.max_num_seqs, max(1, budget // per_seq))
+    num_full = seqs * residual + 1 + seqs // 8
     if config.num_kv_blocks:
         return num_full, config.num_kv_blocks
     by_memory = (budget - num_full * spec.full_block_bytes) // spec.quantized_block_bytes
-    by_need = config.max_num_seqs * max(1, spec.quantized_boundary(max_model_len))
-    num_quantized = min(by_memory, by_need)
+    num_quantized = min(by_memory, config.max_num_seqs * history)
     if num_quantized < 1:
         raise ValueError(
-            f"kv_cache_memory_bytes={budget} leaves no room for quantized blocks after the full-precision windows "
+            f"kv_cache_memory_bytes={budget} leaves no room for quantized blocks after the full-precision residuals "
             f"({num_full} blocks of {spec.full_block_bytes} bytes); raise it or lower kv_cache_residual_tokens")
     return num_full, num_quantized
 

@@ -1,9 +1,10 @@
 """The cold KV tier: prefix-cache blocks evicted from the pool, kept in a memory-mapped file.
 
 The file lives under the configured folder (`kv_cache_cold_dir`), is created for this process
-(`kv-cold-<pid>-<random>.bin`, mode 0600), has a fixed size (`kv_cache_cold_bytes`, reserved with
-posix_fallocate so a full disk fails at start-up rather than mid-write) and is removed when the
-engine goes away. It holds fixed-size slots, one block each, in the form the pool stores them;
+(`kv-cold-<host>-<pid>-<random>.bin`, mode 0600), has a fixed size (`kv_cache_cold_bytes`, reserved
+with posix_fallocate so a full disk fails at start-up rather than mid-write) and is removed when the
+engine goes away; files that processes of this host left behind when they were killed are removed
+at start-up. It holds fixed-size slots, one block each, in the form the pool stores them;
 the index (block hash -> slot, token ids, digest) is in memory and least recently used entries
 give way when the file is full.
 
@@ -21,6 +22,7 @@ import logging
 import mmap
 import os
 import secrets
+import socket
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -40,11 +42,14 @@ class _Entry:
     digest: bytes
 
 
+_PREFIX = f"kv-cold-{socket.gethostname()}-"
+
+
 class _MappedFile:
     """One fixed-size file, memory-mapped read/write; closing it removes it."""
 
     def __init__(self, directory: Path, size: int) -> None:
-        self.path = directory / f"kv-cold-{os.getpid()}-{secrets.token_hex(4)}.bin"
+        self.path = directory / f"{_PREFIX}{os.getpid()}-{secrets.token_hex(4)}.bin"
         self.size = size
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
@@ -73,6 +78,27 @@ class _MappedFile:
         _close(self.map, self.fd, self.path, self.inode)
 
 
+def remove_stale_files(directory: Path) -> list[Path]:
+    """Remove the cold files of this host's processes that no longer run (killed before cleaning up)."""
+    removed = []
+    for path in directory.glob(f"{_PREFIX}*-*.bin"):
+        pid = path.name.removeprefix(_PREFIX).split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # someone else's process
+        return True
+    return True
+
+
 def _close(mapping: mmap.mmap, fd: int, path: Path, inode: int) -> None:
     mapping.close()
     os.close(fd)
@@ -94,6 +120,8 @@ class ColdStore:
             raise ValueError(f"kv_cache_cold_bytes={capacity_bytes} cannot hold one KV block ({block_bytes} bytes)")
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
+            for stale in remove_stale_files(self.directory):
+                logger.info("kv cold tier: removed %s, left by a process that no longer runs", stale)
             self._file: _MappedFile | None = self._open()
         except OSError as exc:
             raise ValueError(f"kv_cache_cold_dir {self.directory}: cannot create the cold file: {exc}") from exc

@@ -24,7 +24,7 @@ def _payload(value: int) -> torch.Tensor:
 
 
 def _files(directory: Path) -> list[Path]:
-    return sorted(directory.glob("kv-cold-*.bin"))
+    return sorted(directory.glob(f"kv-cold-*-{os.getpid()}-*.bin"))
 
 
 # ---- the store -----------------------------------------------------------------------------------
@@ -111,6 +111,24 @@ def test_the_file_goes_away_with_the_store(tmp_path):
     del store
     gc.collect()
     assert not _files(tmp_path)
+
+
+def test_files_left_by_dead_processes_of_this_host_are_removed_at_start(tmp_path):
+    import subprocess
+    import sys
+
+    from engine.kv_cold import _PREFIX
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(gone.stdout)
+    stale = tmp_path / f"{_PREFIX}{dead_pid}-0000.bin"
+    live = tmp_path / f"{_PREFIX}{os.getpid()}-1111.bin"             # a running process: kept
+    other_host = tmp_path / f"kv-cold-elsewhere-{dead_pid}-2222.bin"  # another host's: not ours to judge
+    for path in (stale, live, other_host):
+        path.write_bytes(b"x")
+    store = ColdStore(tmp_path, 2 * BLOCK, BLOCK)
+    assert not stale.exists() and live.exists() and other_host.exists()
+    store.close()
 
 
 def test_unusable_settings_are_refused(tmp_path):

@@ -3,6 +3,7 @@ its hashed details), and `auditor serve` refuses combinations that cannot work, 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -21,14 +22,17 @@ CHAT = {"model": "auditor-medical", "max_tokens": 40, "temperature": 0,
 
 @pytest.fixture(scope="module")
 def int4_client(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path):
+    """The service as it runs by default: the engine core in its own process, built from the settings."""
     root = tmp_path_factory.mktemp("kv")
     settings = make_settings(f"sqlite:///{root / 'audit.db'}", kv_cache_dtype="int4", kv_cache_strategy="tiered",
-                             kv_cache_cold_dir=root / "cold")
+                             kv_cache_cold_dir=root / "cold", index_cache_dir=root / "index")
     kgs = {"medical": tiny_medical_kg()}
-    engine = runtime.load_engine(tiny_checkpoint, kgs, runtime.engine_config(settings))
+    options = {**runtime.engine_options(settings), "limits": None}
+    engine = runtime.load_engine(tiny_checkpoint, kgs, process=True, **options)
     app = create_app(settings, engine=engine, verifier=runtime.RulesVerifier(kgs), knowledge=runtime.KgKnowledge(kgs))
     with TestClient(app) as client:
         yield client
+    asyncio.run(engine.shutdown())   # the lifespan shuts down only engines it loaded itself
 
 
 def test_health_names_the_kv_cache(int4_client: TestClient) -> None:
@@ -58,7 +62,14 @@ def test_every_record_names_the_kv_cache_inside_its_hashed_details(int4_client: 
 
 
 def test_engine_stats_reach_metrics(int4_client: TestClient) -> None:
-    stats = int4_client.app.state.services.engine.stats()
+    import time
+
+    engine = int4_client.app.state.services.engine
+    deadline = time.monotonic() + 10
+    while "kv_cache" not in engine.stats():   # the core reports its stats about twice a second
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    stats = engine.stats()
     assert stats["kv_cache"]["dtype"] == "int4" and stats["kv_cache_quantized_blocks"] > 0
     metrics = int4_client.get("/metrics").text
     assert "auditor_engine_kv_cache_quantized_blocks " in metrics

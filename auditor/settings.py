@@ -30,6 +30,13 @@ class Settings(BaseSettings):
     auto_migrate: bool = True            # run `alembic upgrade head` when the app starts
     redis_url: str | None = None         # None -> background tasks run in-process
     model_path: Path | None = None       # None -> auditor/bundled_model/
+    # The engine's KV cache (engine/kv_spec.py): int8/int4 keep more requests in the same memory at a small
+    # accuracy cost; "tiered" keeps evicted prefix blocks in a bounded file under kv_cache_cold_dir. Every
+    # audit record names both settings, since they can change outputs.
+    kv_cache_dtype: Literal["auto", "int8", "int4"] = "auto"
+    kv_cache_strategy: Literal["static", "tiered"] = "static"
+    kv_cache_cold_dir: Path = Path("var/kv_cache")
+    kv_cache_cold_bytes: int = Field(default=256 * 2**20, ge=1)
     hmac_key: SecretStr = SecretStr(DEVELOPMENT_HMAC_KEY)
     host: str = "127.0.0.1"
     port: int = 8000

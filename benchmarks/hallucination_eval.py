@@ -141,7 +141,7 @@ def is_correct(text: str, gold_entities: Sequence[str], gold_literals: Sequence[
 
 
 # -- generation ---------------------------------------------------------------------------------------
-def load_engine(model: Path, kgs: Mapping[str, Any], threads: int | None) -> Any:
+def load_engine(model: Path, kgs: Mapping[str, Any], threads: int | None, kv_cache_dtype: str = "auto") -> Any:
     from engine.config import EngineConfig
     from engine.llm_engine import LLMEngine
     from engine.loader import generation_eos_ids, load_model_config
@@ -153,7 +153,7 @@ def load_engine(model: Path, kgs: Mapping[str, Any], threads: int | None) -> Any
     tokenizer = Tokenizer.from_dir(model, eos_ids)
     processor = KGConstraintProcessor(tokenizer, vocab_size=model_config.vocab_size,
                                       eos_token_ids=tokenizer.eos_token_ids, kgs=kgs)
-    config = EngineConfig(num_threads=threads, kv_cache_memory_bytes=64 * 2**20)
+    config = EngineConfig(num_threads=threads, kv_cache_memory_bytes=64 * 2**20, kv_cache_dtype=kv_cache_dtype)
     return LLMEngine.from_pretrained(model, config, [processor])
 
 
@@ -177,7 +177,7 @@ def evaluate(args: argparse.Namespace) -> tuple[dict[str, Any], list[tuple[Score
     knowledge = KgKnowledge(kgs)
     domain_kgs = {d: DomainKG(kg, knowledge) for d, kg in kgs.items()}
     log("loading engine ...")
-    engine = load_engine(args.model, kgs, args.threads)
+    engine = load_engine(args.model, kgs, args.threads, args.kv_cache_dtype)
 
     chat = [engine.tokenizer.apply_chat_template([{"role": "user", "content": p["prompt"]}]) for p in prompts]
     constraints = [domain_kgs[p["domain"]].constraint(p["prompt"]) for p in prompts]
@@ -203,6 +203,7 @@ def evaluate(args: argparse.Namespace) -> tuple[dict[str, Any], list[tuple[Score
         "sampling": {"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_tokens,
                      "seed": "crc32(prompt id)"},
         "model": str(args.model.relative_to(REPO_ROOT) if args.model.is_relative_to(REPO_ROOT) else args.model),
+        "kv_cache_dtype": args.kv_cache_dtype,
         "torch_threads": torch.get_num_threads(),
     }
     result.update(per_domain(domains, pairs))
@@ -325,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top-p", type=float, default=0.95)
     parser.add_argument("--max-tokens", type=int, default=160)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--kv-cache-dtype", choices=("auto", "int8", "int4"), default="auto",
+                        help="the engine's KV cache precision (benchmarks.kv_cache compares them)")
     parser.add_argument("--examples", type=int, default=5, help="off/on pairs to print (table mode)")
     parser.add_argument("--dump", type=Path, help="write every off/on output as JSONL here")
     args = parser.parse_args(argv)

@@ -62,6 +62,10 @@ class AsyncLLMEngine:
     def max_model_len(self) -> int:
         return self.engine.max_model_len
 
+    @property
+    def kv_cache_settings(self) -> dict[str, Any]:
+        return self.engine.kv_cache_settings
+
     def stats(self) -> dict[str, Any]:
         with self._engine_lock:
             return self.engine.stats()

@@ -11,6 +11,12 @@ from engine.sampling_params import InvalidRequestError
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 
+# KV cache settings (engine/kv_spec.py turns them into a layout): storage precision and tiers
+KV_CACHE_DTYPES = ("auto", "int8", "int4")      # auto: the model dtype
+KV_CACHE_STRATEGIES = ("static", "tiered")      # tiered: evicted prefix blocks go to a cold file on disk
+KV_CACHE_GROUP_SIZES = (32, 64)
+DEFAULT_BLOCK_SIZE = 16
+
 _DTYPES = {
     "float32": torch.float32, "fp32": torch.float32,
     "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
@@ -110,7 +116,9 @@ class EngineConfig:
     device: str = "cpu"
     max_model_len: int | None = None         # None: the model's max_position_embeddings (capped below)
     max_model_len_cap: int = 4096            # keeps the default KV pool small for huge-context models
-    block_size: int = 16
+    # None: 16 for kv_cache_dtype=auto; kv_cache_group_size for int8/int4 (keys are quantized per channel
+    # over one block of tokens, so a block is exactly one key group)
+    block_size: int | None = None
     num_kv_blocks: int | None = None         # None: fit kv_cache_memory_bytes, capped at max_num_seqs full-length seqs
     kv_cache_memory_bytes: int = 512 * 2**20
     max_num_seqs: int = 64
@@ -123,9 +131,25 @@ class EngineConfig:
     num_threads: int | None = None           # torch CPU threads; None: leave torch's default
     seed: int = 0                            # for requests without their own seed
     stats_window: int = 1000                 # recent requests kept for latency lists in stats()
+    # KV cache (see engine/kv_spec.py, engine/block_manager.py, engine/kv_cold.py)
+    kv_cache_dtype: str = "auto"             # auto (model dtype) | int8 | int4: how blocks older than the window are kept
+    kv_cache_strategy: str = "static"        # static | tiered (adds the cold tier on disk for evicted prefix blocks)
+    kv_cache_group_size: int = 32            # int8/int4: tokens per key group (= block_size), channels per value group
+    # int8/int4: KIVI's residual. Tokens are quantized this many at a time, so the newest (n mod this) tokens of
+    # a sequence are always in the model dtype; a multiple of kv_cache_group_size
+    kv_cache_residual_tokens: int = 32
+    kv_cache_cold_dir: str | None = None     # tiered: folder of the cold file (e.g. under the service's data directory)
+    kv_cache_cold_bytes: int = 256 * 2**20   # tiered: size bound of the cold file
+
+    @property
+    def kv_block_size(self) -> int:
+        """Tokens per KV block: `block_size`, or its default for the KV cache dtype when unset."""
+        if self.block_size is not None:
+            return self.block_size
+        return DEFAULT_BLOCK_SIZE if self.kv_cache_dtype == "auto" else self.kv_cache_group_size
 
     def validate(self) -> None:
-        if self.block_size < 1 or self.block_size & (self.block_size - 1):
+        if self.block_size is not None and (self.block_size < 1 or self.block_size & (self.block_size - 1)):
             raise ValueError(f"block_size must be a power of two, got {self.block_size}")
         if self.max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
@@ -135,3 +159,32 @@ class EngineConfig:
             raise ValueError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
         if self.aging_seconds <= 0:
             raise ValueError(f"aging_seconds must be > 0, got {self.aging_seconds}")
+        self._validate_kv_cache()
+
+    def _validate_kv_cache(self) -> None:
+        """Reject settings that cannot work together, naming the fix (model-dependent checks: kv_spec)."""
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, got {self.kv_cache_dtype!r}")
+        if self.kv_cache_strategy not in KV_CACHE_STRATEGIES:
+            raise ValueError(
+                f"kv_cache_strategy must be one of {', '.join(KV_CACHE_STRATEGIES)}, got {self.kv_cache_strategy!r}")
+        if self.kv_cache_dtype != "auto":
+            if self.kv_cache_group_size not in KV_CACHE_GROUP_SIZES:
+                raise ValueError(f"kv_cache_group_size must be 32 or 64, got {self.kv_cache_group_size}")
+            if self.kv_block_size != self.kv_cache_group_size:
+                raise ValueError(
+                    f"kv_cache_dtype={self.kv_cache_dtype} quantizes keys per channel over one block of tokens, so "
+                    f"block_size must equal kv_cache_group_size ({self.kv_cache_group_size}), got {self.block_size}; "
+                    "leave block_size unset to get it")
+            residual = self.kv_cache_residual_tokens
+            if residual < self.kv_cache_group_size or residual % self.kv_cache_group_size:
+                raise ValueError(f"kv_cache_residual_tokens must be a positive multiple of kv_cache_group_size "
+                                 f"({self.kv_cache_group_size}), got {residual}")
+        if self.kv_cache_strategy == "tiered":
+            if not self.enable_prefix_caching:
+                raise ValueError("kv_cache_strategy=tiered keeps evicted prefix-cache blocks on disk: "
+                                 "it needs enable_prefix_caching=True")
+            if not self.kv_cache_cold_dir:
+                raise ValueError("kv_cache_strategy=tiered needs kv_cache_cold_dir (a folder for the cold file)")
+            if self.kv_cache_cold_bytes < 1:
+                raise ValueError(f"kv_cache_cold_bytes must be > 0, got {self.kv_cache_cold_bytes}")

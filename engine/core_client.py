@@ -107,6 +107,11 @@ class EngineCoreClient:
         return int(self.info.get("max_model_len", 0))
 
     @property
+    def kv_cache_settings(self) -> dict[str, Any] | None:
+        """The core's KV cache dtype, strategy and layout (None until it said hello)."""
+        return self.info.get("kv_cache")
+
+    @property
     def available(self) -> bool:
         """A core is running and taking requests (False while one restarts)."""
         return self._available

@@ -73,7 +73,8 @@ class EngineCoreProc:
         self.input_socket.bind(input_address)
         self._parent = os.getppid() if watch_parent else None
         self.info = {"model_id": engine.model_id, "checkpoint_hash": engine.checkpoint_hash,
-                     "max_model_len": engine.max_model_len, "pid": os.getpid()}
+                     "max_model_len": engine.max_model_len, "pid": os.getpid(),
+                     "kv_cache": engine.kv_cache_settings}
 
     # ---- the step loop (main thread) -------------------------------------------------------------
 
@@ -242,6 +243,6 @@ def _pack_outputs(outputs: list[Any]) -> bytes:
 
 
 def _scalar_stats(stats: dict[str, Any]) -> dict[str, Any]:
-    """What crosses the boundary: counters and gauges, not the latency lists behind them."""
+    """What crosses the boundary: counters and gauges (and the KV cache's settings), not the latency lists."""
     return {name: value for name, value in stats.items()
-            if isinstance(value, int | float) or (isinstance(value, dict) and name == "finish_reasons")}
+            if isinstance(value, int | float) or (isinstance(value, dict) and name in ("finish_reasons", "kv_cache"))}

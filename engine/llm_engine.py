@@ -14,11 +14,12 @@ from typing import Any
 
 import torch
 
-from engine.block_manager import BlockManager
 from engine.config import EngineConfig, ModelConfig, ModelLoadError, parse_dtype
+from engine.kv_cache import create_kv_cache
+from engine.kv_spec import KVCacheSpec
 from engine.loader import checkpoint_hash, generation_eos_ids, iter_weights, load_model_config, weight_files
 from engine.metrics import EngineMetrics
-from engine.model_runner import ModelRunner, kv_bytes_per_block
+from engine.model_runner import ModelRunner
 from engine.models.llama import LlamaForCausalLM
 from engine.output_processor import OutputProcessor
 from engine.outputs import EngineCoreOutput, RequestOutput
@@ -47,10 +48,9 @@ class LLMEngine:
         self.max_model_len = _max_model_len(model_config, config)
         dtype = next(model.parameters()).dtype
         device = next(model.parameters()).device
-        num_blocks = config.num_kv_blocks or _default_num_blocks(model_config, config, self.max_model_len, dtype)
-        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.kv_cache, self.block_manager = create_kv_cache(model_config, config, dtype, device, self.max_model_len)
         self.scheduler = Scheduler(config, self.block_manager)
-        self.runner = ModelRunner(model, num_blocks, config.block_size, dtype, device)
+        self.runner = ModelRunner(model, self.kv_cache, self.block_manager)
         self.sampler = Sampler(torch.Generator(device=device).manual_seed(config.seed))
         self.metrics = EngineMetrics(config.stats_window)
         self.post = StepPostprocessor(tokenizer, self.processors, self.metrics, self.max_model_len)
@@ -75,6 +75,7 @@ class LLMEngine:
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
         dtype = parse_dtype(config.dtype) if config.dtype else model_config.torch_dtype
+        KVCacheSpec.from_configs(model_config, config, dtype)   # a KV setting this model cannot use fails before loading
         device = torch.device(config.device)
         with torch.device(device):
             model = LlamaForCausalLM(model_config, _max_model_len(model_config, config), dtype)
@@ -142,10 +143,10 @@ class LLMEngine:
                 "(prompt plus at least one generated token)"
             )
         longest = min(len(token_ids) + params.max_tokens, self.max_model_len)
-        if self.block_manager.blocks_needed(longest) > self.block_manager.num_blocks:
+        if not self.block_manager.fits(longest):
             raise InvalidRequestError(
                 f"prompt + max_tokens = {longest} tokens exceeds the KV cache "
-                f"({self.block_manager.num_blocks * self.block_manager.block_size} tokens)"
+                f"({self.block_manager.max_seq_tokens} tokens)"
             )
 
     def abort(self, request_id: str, reason: str = "abort") -> None:
@@ -161,6 +162,11 @@ class LLMEngine:
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
+
+    @property
+    def kv_cache_settings(self) -> dict[str, Any]:
+        """KV cache dtype, strategy and layout: they can change outputs, so records and /health name them."""
+        return self.kv_cache.settings
 
     # ---- the step loop -------------------------------------------------------------------------
 
@@ -233,6 +239,7 @@ class LLMEngine:
             num_requests_running=len(self.scheduler.running),
             num_requests_waiting=len(self.scheduler.waiting),
         )
+        snapshot.update(self.kv_cache.stats(self.block_manager))
         return snapshot
 
 
@@ -242,13 +249,6 @@ def load_tokenizer(path: str | Path, model_config: ModelConfig | None = None) ->
     model_config = model_config or load_model_config(path)
     eos_ids = list(dict.fromkeys(generation_eos_ids(path) + model_config.eos_token_ids))
     return Tokenizer.from_dir(path, eos_ids)
-
-
-def _default_num_blocks(model_config: ModelConfig, config: EngineConfig, max_model_len: int, dtype: torch.dtype) -> int:
-    """Blocks that fit the memory budget, but no more than max_num_seqs full-length sequences need."""
-    by_memory = config.kv_cache_memory_bytes // kv_bytes_per_block(model_config, config.block_size, dtype)
-    by_need = config.max_num_seqs * -(-max_model_len // config.block_size)
-    return max(1, min(by_memory, by_need))
 
 
 def _max_model_len(model_config: ModelConfig, config: EngineConfig) -> int:

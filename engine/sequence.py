@@ -31,6 +31,7 @@ class Sequence:
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)  # chained hashes of the full blocks registered so far
     num_computed_tokens: int = 0        # tokens whose K/V are in the cache
+    quantized_prefix_blocks: int = 0    # block_table[:n] are all quantized blocks (checked up to here)
     # waiting-queue order: arrival for new requests, kept across preemption so they return first
     queued_since: float = 0.0
     # sampling

@@ -18,7 +18,11 @@ router = APIRouter(tags=["operations"])
 def health(request: Request) -> JSONResponse:
     services = getattr(request.app.state, "services", None)
     ready = services is not None and services.ready
-    return JSONResponse({"status": "ok" if ready else "starting"}, status_code=200 if ready else 503)
+    body: dict[str, object] = {"status": "ok" if ready else "starting"}
+    kv_cache = getattr(services.engine, "kv_cache_settings", None) if ready else None
+    if kv_cache is not None:   # outputs depend on the KV cache's precision: say which one serves them
+        body["kv_cache"] = kv_cache
+    return JSONResponse(body, status_code=200 if ready else 503)
 
 
 @router.get("/ready")

@@ -31,6 +31,10 @@ def _run(args: argparse.Namespace) -> int:
     path = settings.resolved_model_path()
     if not path.is_dir():
         raise CliError(f"no model at {path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
+    try:
+        runtime.check_engine_settings(settings)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     engine = runtime.build_engine(path, list(settings.domains), **runtime.engine_options(settings))
     try:

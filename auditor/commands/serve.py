@@ -30,6 +30,12 @@ def _serve(args: argparse.Namespace) -> int:
     model_path = settings.resolved_model_path()
     if not model_path.is_dir():
         raise CliError(f"no model at {model_path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
+    from auditor.serving.runtime import check_engine_settings
+
+    try:
+        check_engine_settings(settings)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
     database = open_database(settings)
 
     def keys_exist() -> bool:

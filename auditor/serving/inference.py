@@ -269,6 +269,7 @@ class InferenceService:
             "key_id": context.principal.key_id, "request_id": context.request_id, "endpoint": context.endpoint,
             "intent": context.intent, "domain": prepared.resolution.domain,
             "model_id": getattr(self.engine, "model_id", None),
+            "kv_cache": getattr(self.engine, "kv_cache_settings", None),
         })
 
     @staticmethod
@@ -413,9 +414,16 @@ class InferenceService:
             gate_decisions=[d.to_dict() for d in prepared.input_gate.decisions + gate.decisions],
             gate_action=action, n_supported=counts["supported"], n_contradicted=counts["contradicted"],
             n_unverifiable=counts["unverifiable"], fer=gate.fer(), finish_reason=finish_reason, error=error,
-            details={**prepared.surface.record_details(prepared.content_mode, gate.decisions),
-                     **prepared.resolution.details()},
+            details=self._details({**prepared.surface.record_details(prepared.content_mode, gate.decisions),
+                                   **prepared.resolution.details()}),
         )
+
+    def _details(self, details: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The KV cache's precision can change outputs, so the record's (hashed) details name it too."""
+        kv_cache = getattr(self.engine, "kv_cache_settings", None)
+        if kv_cache is not None:
+            details = {**(details or {}), "kv_cache": kv_cache}
+        return details or None
 
     def _count(self, prepared: Prepared, gate: OutputGate, outcome: Outcome, generation: _Generation) -> None:
         self.metrics.requests.labels(prepared.context.endpoint, outcome.status).inc()

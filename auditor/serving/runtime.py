@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import gc
 import logging
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from auditor.settings import Settings
 from engine.async_engine import AsyncLLMEngine
 from engine.config import EngineConfig
 from engine.core_client import EngineCoreClient
+from engine.kv_spec import KVCacheSpec
 from engine.llm_engine import LLMEngine, load_tokenizer
 from engine.loader import load_model_config
 from engine.memory import malloc_trim
@@ -43,11 +45,36 @@ def load_kgs(domains: Iterable[str]) -> dict[str, KnowledgeGraph]:
 
 
 def engine_options(settings: Settings) -> dict[str, Any]:
-    """build_engine's keyword arguments from the settings: cache limits, the index cache, threads."""
+    """build_engine's keyword arguments from the settings: cache limits, the index cache, the engine config."""
     return {"limits": CacheLimits(views=settings.kg_constraint_views,
                                   masks_per_view=settings.kg_constraint_masks_per_view,
                                   shared_per_domain=settings.kg_constraint_shared_per_domain),
-            "index_cache_dir": settings.index_cache_dir, "config": EngineConfig(num_threads=settings.engine_threads)}
+            "index_cache_dir": settings.index_cache_dir, "config": engine_config(settings)}
+
+
+def engine_config(settings: Settings) -> EngineConfig:
+    return EngineConfig(num_threads=settings.engine_threads, kv_cache_dtype=settings.kv_cache_dtype,
+                        kv_cache_strategy=settings.kv_cache_strategy, kv_cache_cold_dir=str(settings.kv_cache_cold_dir),
+                        kv_cache_cold_bytes=settings.kv_cache_cold_bytes)
+
+
+def check_engine_settings(settings: Settings) -> None:
+    """Raise ValueError naming the setting when the engine settings cannot work (with this model), so that
+    `auditor serve` refuses them in one line before it starts. A missing checkpoint is the engine's to report."""
+    config = engine_config(settings)
+    config.validate()
+    if config.kv_cache_strategy == "tiered":
+        cold_dir = settings.kv_cache_cold_dir
+        try:
+            cold_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"kv_cache_cold_dir {cold_dir}: cannot create it ({exc.strerror})") from None
+        if not os.access(cold_dir, os.W_OK):
+            raise ValueError(f"kv_cache_cold_dir {cold_dir} is not writable")
+    path = settings.resolved_model_path()
+    if (path / "config.json").is_file():
+        model_config = load_model_config(path)
+        KVCacheSpec.from_configs(model_config, config, model_config.torch_dtype)
 
 
 def build_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], *,

@@ -28,7 +28,7 @@ class StreamOpening:
     audit_id: str
     tenant: str
     content_mode: str                 # raw | redacted | hash: how segment text is stored
-    details: dict[str, Any]           # what a recovered record needs: endpoint, intent, domain, model, key id
+    details: dict[str, Any]           # what a recovered record needs: endpoint, intent, domain, model, key id, KV cache
 
 
 def open_stream(database: Database, opening: StreamOpening, *, timeout_s: float) -> None:
@@ -100,5 +100,6 @@ def _recovered_record(audit_id: str, segments: list[Any]) -> NewRecord:
         domain=details.get("domain"), model_id=details.get("model_id"), content_mode=opening.content_mode,
         delivered_output=delivered, finish_reason="abort",
         error=f"stream interrupted before its record was written; {len(pieces)} committed segment(s) recovered",
-        details={"recovered_segments": [{"idx": s.idx, "sha256": s.text_sha256} for s in pieces]},
+        details={"recovered_segments": [{"idx": s.idx, "sha256": s.text_sha256} for s in pieces],
+                 "kv_cache": details.get("kv_cache")},
     )

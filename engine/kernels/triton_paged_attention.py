@@ -9,6 +9,10 @@ a reference.
 One program handles one (sequence, query head) pair and walks that sequence's blocks with an
 online softmax (running max and normaliser in fp32), so memory traffic is one pass over the cached
 keys and values. GQA: query head h reads kv head h // (num_heads // num_kv_heads).
+
+Quantized cache (`engine.kernels.kv_quant`): block ids >= num_full name quantized blocks. The kernel
+reads their int8 or packed int4 codes and dequantizes in registers: keys with a per-channel
+(scale, min) of the block, values with a per-token (scale, min) of each channel group.
 """
 
 from __future__ import annotations
@@ -17,21 +21,86 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.kv_quant import META_DTYPE, QuantizedBlocks
+
+
+@triton.jit
+def _full_block(
+    k_cache_ptr, v_cache_ptr, block, slots, dims, kv_head, load_mask,
+    k_stride_block, k_stride_pos, k_stride_head, v_stride_block, v_stride_pos, v_stride_head,
+):
+    k_offsets = block * k_stride_block + slots[:, None] * k_stride_pos + kv_head * k_stride_head + dims[None, :]
+    v_offsets = block * v_stride_block + slots[:, None] * v_stride_pos + kv_head * v_stride_head + dims[None, :]
+    keys = tl.load(k_cache_ptr + k_offsets, mask=load_mask, other=0.0).to(tl.float32)       # [Bp, Dp]
+    values = tl.load(v_cache_ptr + v_offsets, mask=load_mask, other=0.0).to(tl.float32)     # [Bp, Dp]
+    return keys, values
+
+
+@triton.jit
+def _codes(data_ptr, block, slots, dims, kv_head, load_mask, stride_block, stride_pos, stride_head,
+           BITS: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """Quantization codes [Bp, Dp] (int4: byte j holds channel j low and channel j + D/2 high)."""
+    if BITS == 8:
+        offsets = block * stride_block + slots[:, None] * stride_pos + kv_head * stride_head + dims[None, :]
+        return tl.load(data_ptr + offsets, mask=load_mask, other=0).to(tl.float32)
+    half = HEAD_DIM // 2
+    column = tl.where(dims < half, dims, dims - half)
+    offsets = block * stride_block + slots[:, None] * stride_pos + kv_head * stride_head + column[None, :]
+    packed = tl.load(data_ptr + offsets, mask=load_mask, other=0).to(tl.int32)
+    shift = tl.where(dims < half, 0, 4)
+    return ((packed >> shift[None, :]) & 0xF).to(tl.float32)
+
+
+@triton.jit
+def _quantized_block(
+    kq_ptr, km_ptr, vq_ptr, vm_ptr, block, slots, dims, kv_head, load_mask, dim_valid,
+    kq_stride_block, kq_stride_pos, kq_stride_head,
+    km_stride_block, km_stride_kind, km_stride_head,
+    vq_stride_block, vq_stride_pos, vq_stride_head,
+    vm_stride_block, vm_stride_kind, vm_stride_pos, vm_stride_head,
+    BITS: tl.constexpr, VALUE_GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+):
+    # keys: (scale, min) per channel of the block
+    k_meta = km_ptr + block * km_stride_block + kv_head * km_stride_head + dims                         # [Dp]
+    k_scale = tl.load(k_meta, mask=dim_valid, other=0.0).to(tl.float32)
+    k_min = tl.load(k_meta + km_stride_kind, mask=dim_valid, other=0.0).to(tl.float32)
+    k_codes = _codes(kq_ptr, block, slots, dims, kv_head, load_mask,
+                     kq_stride_block, kq_stride_pos, kq_stride_head, BITS, HEAD_DIM)
+    keys = k_codes * k_scale[None, :] + k_min[None, :]                                                  # [Bp, Dp]
+    # values: (scale, min) per token and channel group
+    v_meta = (vm_ptr + block * vm_stride_block + slots[:, None] * vm_stride_pos + kv_head * vm_stride_head
+              + (dims // VALUE_GROUP)[None, :])                                                        # [Bp, Dp]
+    v_scale = tl.load(v_meta, mask=load_mask, other=0.0).to(tl.float32)
+    v_min = tl.load(v_meta + vm_stride_kind, mask=load_mask, other=0.0).to(tl.float32)
+    v_codes = _codes(vq_ptr, block, slots, dims, kv_head, load_mask,
+                     vq_stride_block, vq_stride_pos, vq_stride_head, BITS, HEAD_DIM)
+    values = v_codes * v_scale + v_min
+    return keys, values
+
 
 @triton.jit
 def _paged_attention_decode_kernel(
     out_ptr,                # [B, H, D]
     q_ptr,                  # [B, H, D]
-    k_cache_ptr,            # [num_blocks, block_size, Hkv, D]
-    v_cache_ptr,            # [num_blocks, block_size, Hkv, D]
+    k_cache_ptr,            # [num_full, block_size, Hkv, D]
+    v_cache_ptr,            # [num_full, block_size, Hkv, D]
+    kq_ptr, km_ptr,         # quantized keys: uint8 [Nq, block_size, Hkv, D*BITS/8], fp16 [Nq, 2, Hkv, D]
+    vq_ptr, vm_ptr,         # quantized values: uint8 [Nq, block_size, Hkv, D*BITS/8], fp16 [Nq, 2, bs, Hkv, D/G]
     block_tables_ptr,       # [B, max_blocks] int32
     context_lens_ptr,       # [B] int32
     scale,
+    num_full,               # block ids >= num_full are quantized blocks
     q_stride_seq, q_stride_head,
     out_stride_seq, out_stride_head,
     k_stride_block, k_stride_pos, k_stride_head,
     v_stride_block, v_stride_pos, v_stride_head,
+    kq_stride_block, kq_stride_pos, kq_stride_head,
+    km_stride_block, km_stride_kind, km_stride_head,
+    vq_stride_block, vq_stride_pos, vq_stride_head,
+    vm_stride_block, vm_stride_kind, vm_stride_pos, vm_stride_head,
     block_tables_stride,
+    QUANT_BITS: tl.constexpr,          # 0: no quantized blocks; 8 or 4
+    VALUE_GROUP: tl.constexpr,
     QUERIES_PER_KV: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     BLOCK_SIZE_PADDED: tl.constexpr,   # next power of two (tl.arange needs one)
@@ -60,9 +129,23 @@ def _paged_attention_decode_kernel(
         token_valid = (slots < BLOCK_SIZE) & (logical_block * BLOCK_SIZE + slots < context_len)  # [Bp]
         load_mask = token_valid[:, None] & dim_valid[None, :]                                # [Bp, Dp]
 
-        k_offsets = (physical_block * k_stride_block + slots[:, None] * k_stride_pos
-                     + kv_head * k_stride_head + dims[None, :])                              # [Bp, Dp]
-        keys = tl.load(k_cache_ptr + k_offsets, mask=load_mask, other=0.0).to(tl.float32)
+        if QUANT_BITS > 0:
+            if physical_block >= num_full:
+                keys, values = _quantized_block(
+                    kq_ptr, km_ptr, vq_ptr, vm_ptr, physical_block - num_full, slots, dims, kv_head, load_mask,
+                    dim_valid, kq_stride_block, kq_stride_pos, kq_stride_head,
+                    km_stride_block, km_stride_kind, km_stride_head,
+                    vq_stride_block, vq_stride_pos, vq_stride_head,
+                    vm_stride_block, vm_stride_kind, vm_stride_pos, vm_stride_head, QUANT_BITS, VALUE_GROUP,
+                    HEAD_DIM)
+            else:
+                keys, values = _full_block(
+                    k_cache_ptr, v_cache_ptr, physical_block, slots, dims, kv_head, load_mask,
+                    k_stride_block, k_stride_pos, k_stride_head, v_stride_block, v_stride_pos, v_stride_head)
+        else:
+            keys, values = _full_block(
+                k_cache_ptr, v_cache_ptr, physical_block, slots, dims, kv_head, load_mask,
+                k_stride_block, k_stride_pos, k_stride_head, v_stride_block, v_stride_pos, v_stride_head)
         scores = tl.sum(keys * q[None, :], axis=1)                                          # [Bp]
         scores = tl.where(token_valid, scores, float("-inf"))
 
@@ -72,9 +155,6 @@ def _paged_attention_decode_kernel(
         rescale = tl.exp(running_max - new_max)
         running_sum = running_sum * rescale + tl.sum(probs, axis=0)
 
-        v_offsets = (physical_block * v_stride_block + slots[:, None] * v_stride_pos
-                     + kv_head * v_stride_head + dims[None, :])                              # [Bp, Dp]
-        values = tl.load(v_cache_ptr + v_offsets, mask=load_mask, other=0.0).to(tl.float32)
         acc = acc * rescale + tl.sum(probs[:, None] * values, axis=0)                       # [Dp]
         running_max = new_max
 
@@ -87,27 +167,41 @@ def _paged_attention_decode_kernel(
 def paged_attention_decode_triton(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
+    quantized: QuantizedBlocks | None = None,
 ) -> torch.Tensor:
     """Attention of one query token per sequence over its paged KV cache.
 
-    q [B, H, D]; k_cache, v_cache [num_blocks, block_size, Hkv, D] (H a multiple of Hkv);
-    block_tables int32 [B, max_blocks] (entries past a sequence's last block are ignored);
-    context_lens int32 [B], each >= 1 and <= max_blocks * block_size. Returns out [B, H, D] in q's dtype.
+    q [B, H, D]; k_cache, v_cache [num_full, block_size, Hkv, D] (H a multiple of Hkv);
+    block_tables int32 [B, max_blocks] (entries past a sequence's last block are ignored; ids >= num_full
+    name blocks of `quantized`); context_lens int32 [B], each >= 1 and <= max_blocks * block_size.
+    Returns out [B, H, D] in q's dtype.
     """
     _check_arguments(q, k_cache, v_cache, block_tables, context_lens)
+    if quantized is not None:
+        _check_quantized(quantized, k_cache)
     batch, num_heads, head_dim = q.shape
-    _, block_size, num_kv_heads, _ = k_cache.shape
+    num_full, block_size, num_kv_heads, _ = k_cache.shape
     out = torch.empty_like(q)
     if batch == 0:
         return out
+    # without a quantized pool, the full-precision pools stand in for its (never read) pointers
+    kq, km, vq, vm = quantized.tensors() if quantized is not None else (k_cache, k_cache, v_cache, v_cache)
+    km_strides = (km.stride(0), km.stride(1), km.stride(2)) if quantized is not None else (0, 0, 0)
+    vm_strides = (vm.stride(0), vm.stride(1), vm.stride(2), vm.stride(3)) if quantized is not None else (0, 0, 0, 0)
     grid = (batch, num_heads)
     _paged_attention_decode_kernel[grid](
-        out, q, k_cache, v_cache, block_tables, context_lens, float(scale),
+        out, q, k_cache, v_cache, kq, km, vq, vm, block_tables, context_lens, float(scale), num_full,
         q.stride(0), q.stride(1),
         out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        kq.stride(0), kq.stride(1), kq.stride(2),
+        *km_strides,
+        vq.stride(0), vq.stride(1), vq.stride(2),
+        *vm_strides,
         block_tables.stride(0),
+        QUANT_BITS=quantized.bits if quantized is not None else 0,
+        VALUE_GROUP=quantized.group_size if quantized is not None else 1,
         QUERIES_PER_KV=num_heads // num_kv_heads,
         BLOCK_SIZE=block_size,
         BLOCK_SIZE_PADDED=triton.next_power_of_2(block_size),
@@ -148,3 +242,21 @@ def _check_arguments(
     devices = {t.device for t in (q, k_cache, v_cache, block_tables, context_lens)}
     if len(devices) != 1:
         raise ValueError(f"all tensors must be on one device, got {sorted(map(str, devices))}")
+
+
+def _check_quantized(quantized: QuantizedBlocks, k_cache: torch.Tensor) -> None:
+    _, block_size, num_kv_heads, head_dim = k_cache.shape
+    num_blocks = quantized.k_data.shape[0]
+    packed = head_dim * quantized.bits // 8
+    expected = {
+        "k_data": ((num_blocks, block_size, num_kv_heads, packed), torch.uint8),
+        "k_meta": ((num_blocks, 2, num_kv_heads, head_dim), META_DTYPE),
+        "v_data": ((num_blocks, block_size, num_kv_heads, packed), torch.uint8),
+        "v_meta": ((num_blocks, 2, block_size, num_kv_heads, head_dim // quantized.group_size), META_DTYPE),
+    }
+    for name, (shape, dtype) in expected.items():
+        tensor = getattr(quantized, name)
+        if tuple(tensor.shape) != shape or tensor.dtype != dtype:
+            raise ValueError(f"quantized {name} must be {dtype} {shape}, got {tensor.dtype} {tuple(tensor.shape)}")
+        if tensor.stride(-1) != 1 or tensor.device != k_cache.device:
+            raise ValueError(f"quantized {name} must be contiguous in its last dimension and on {k_cache.device}")

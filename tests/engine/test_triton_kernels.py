@@ -24,6 +24,7 @@ from engine.kernels.bitmask import (
     bitmask_words,
     pack_bool_mask,
 )
+from engine.kernels.kv_quant import QuantizedBlocks
 
 # ---------------------------------------------------------------- worker side (spawned process)
 
@@ -233,3 +234,60 @@ def test_paged_attention_refuses_mismatched_heads():
         paged_attention_decode_triton(q, cache, cache, tables, lens, 0.25)
     with pytest.raises(ValueError, match="block_tables must be int32"):
         paged_attention_decode_triton(torch.zeros(1, 4, 16), cache, cache, tables.long(), lens, 0.25)
+
+
+# ---------------------------------------------------------------- quantized blocks
+
+
+def _quantized_case(bits: int, block_size: int, num_kv_heads: int, group: int, head_dim: int, value_group: int,
+                    seed: int) -> tuple[tuple[torch.Tensor, ...], QuantizedBlocks, torch.Tensor, torch.Tensor]:
+    """A full-precision pool and a quantized pool, block tables mixing both (quantized ids come after
+    the full ones); also the dequantized blocks laid out as one plain pool, for the reference."""
+    generator = torch.Generator().manual_seed(seed)
+    num_full, num_quantized, batch = 6, 10, 4
+    q = torch.randn(batch, num_kv_heads * group, head_dim, generator=generator)
+    k_cache = torch.randn(num_full, block_size, num_kv_heads, head_dim, generator=generator)
+    v_cache = torch.randn(num_full, block_size, num_kv_heads, head_dim, generator=generator)
+    quantized = QuantizedBlocks.allocate(num_quantized, block_size, num_kv_heads, head_dim, bits, value_group)
+    keys = torch.randn(num_quantized, block_size, num_kv_heads, head_dim, generator=generator) * 2 + 0.5
+    values = torch.randn(num_quantized, block_size, num_kv_heads, head_dim, generator=generator)
+    quantized.write(torch.arange(num_quantized), keys, values)
+    stored_k, stored_v = quantized.read(torch.arange(num_quantized), torch.float32)
+    plain_k, plain_v = torch.cat((k_cache, stored_k)), torch.cat((v_cache, stored_v))
+    # quantized history, full-precision residual at the end, as the block manager lays tables out
+    block_tables = torch.tensor([[6, 7, 8, 0, 1], [9, 2, 0, 0, 0], [3, 0, 0, 0, 0], [10, 11, 12, 13, 4]],
+                                dtype=torch.int32)
+    context_lens = torch.tensor([4 * block_size + 3, block_size + 1, 5, 5 * block_size], dtype=torch.int32)
+    case = (q, k_cache, v_cache, block_tables, context_lens, head_dim**-0.5)
+    return case, quantized, plain_k, plain_v
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize(
+    ("block_size", "num_kv_heads", "group", "head_dim", "value_group"),
+    [(32, 2, 4, 64, 32), (32, 1, 2, 32, 32), (64, 2, 1, 64, 64), (16, 2, 2, 64, 32)],
+)
+def test_paged_attention_kernel_reads_quantized_blocks_like_the_reference(
+    interpreted, bits, block_size, num_kv_heads, group, head_dim, value_group,
+):
+    from engine.kernels.paged_attention import paged_attention_decode_torch
+
+    case, quantized, plain_k, plain_v = _quantized_case(bits, block_size, num_kv_heads, group, head_dim,
+                                                        value_group, seed=bits * block_size + head_dim)
+    q, k_cache, v_cache, block_tables, context_lens, scale = case
+    engine_reference = paged_attention_decode_torch(*case, quantized)
+    independent = _reference_paged_attention(q, plain_k, plain_v, block_tables, context_lens, scale)
+
+    got = interpreted(_run_paged_attention_kernel, *case, quantized)
+
+    torch.testing.assert_close(got, engine_reference, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got, independent, atol=1e-5, rtol=1e-5)
+
+
+def test_paged_attention_kernel_refuses_a_mismatched_quantized_pool():
+    from engine.kernels.triton_paged_attention import paged_attention_decode_triton
+
+    case, quantized, _, _ = _quantized_case(8, 32, 2, 2, 64, 32, seed=0)
+    wrong = QuantizedBlocks(8, 32, quantized.k_data, quantized.k_meta.float(), quantized.v_data, quantized.v_meta)
+    with pytest.raises(ValueError, match="k_meta"):
+        paged_attention_decode_triton(*case, wrong)

@@ -30,6 +30,8 @@ from auditor.jobs.task_queue import TaskQueue, celery_queue
 from auditor.serving.inference import AuditUnavailable, BadRequest, InferenceService
 from auditor.serving.knowledge import Knowledge, NoKnowledge
 from auditor.serving.metrics import ServiceMetrics
+from auditor.serving.registry import ModelRegistry, build_registry, read_entries
+from auditor.serving.upstream import UpstreamError
 from auditor.settings import Settings, get_settings
 from auditor.store.database import Database
 from auditor.trail.witness import WitnessPublisher, open_witness
@@ -42,7 +44,7 @@ def _load_runtime(settings: Settings) -> tuple[Any, Verifier, Knowledge]:
     from auditor.serving import runtime
 
     kgs = runtime.load_kgs(settings.domains)
-    engine = runtime.load_engine(settings.resolved_model_path(), kgs)
+    engine = runtime.load_engine(settings.resolved_model_path(), kgs) if settings.local_engine else None
     verifier = runtime.RulesVerifier(kgs)
     verifier.warm_up()
     # The KGs, tries, walk records and rule packs live as long as the process: take them out of the
@@ -63,6 +65,16 @@ def _start_task_queue(settings: Settings, database: Database, stack: AsyncExitSt
                               stream_recovery_after_s=worker_settings.stream_recovery_after_s).start()
     stack.callback(embedded.stop)
     return embedded.queue
+
+
+async def _open_model_registry(settings: Settings, engine: Any, stack: AsyncExitStack) -> ModelRegistry:
+    """Routes for the local engine and the configured upstreams, whose pooled clients close with the app."""
+    entries = read_entries(settings.models_file, settings.models)
+    models = build_registry(engine=engine, entries=entries, domains=settings.domains)
+    for upstream in models.upstreams():
+        await upstream.start()
+        stack.push_async_callback(upstream.aclose)
+    return models
 
 
 async def _shutdown_engine(engine: Any) -> None:
@@ -101,9 +113,12 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
             loaded_engine, loaded_verifier, loaded_knowledge = engine, verifier, knowledge
             if engine is None:
                 loaded_engine, loaded_verifier, loaded_knowledge = await anyio.to_thread.run_sync(_load_runtime, settings)
-                stack.push_async_callback(_shutdown_engine, loaded_engine)
-                await loaded_engine.start()
-            metrics.watch_engine(loaded_engine.stats)
+                if loaded_engine is not None:
+                    stack.push_async_callback(_shutdown_engine, loaded_engine)
+                    await loaded_engine.start()
+            if loaded_engine is not None:
+                metrics.watch_engine(loaded_engine.stats)
+            models = await _open_model_registry(settings, loaded_engine, stack)
             inference = InferenceService(engine=loaded_engine, database=database, settings=settings, metrics=metrics,
                                          verifier=loaded_verifier or NoClaimVerifier(),
                                          knowledge=loaded_knowledge or NoKnowledge())
@@ -117,7 +132,7 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                                                     registry=metrics.registry)
                 stack.callback(server.shutdown)
             auth = AuthGuard(environment=settings.environment, bind_host=settings.host)
-            services = Services(settings, database, loaded_engine, inference, metrics, task_queue, auth)
+            services = Services(settings, database, loaded_engine, inference, metrics, task_queue, auth, models=models)
             app.state.services = services
             await anyio.to_thread.run_sync(_warn_about_authentication, database, auth, settings.host)
             services.ready = True
@@ -141,6 +156,11 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
         # Still a bug when it happens, but the client gets the OpenAI shape and the log gets the traceback.
         logger.exception("unhandled error", exc_info=exc)
         return error_response(500, "internal error; the request was recorded if it reached the model", "internal_error")
+
+    @app.exception_handler(UpstreamError)
+    async def _upstream_failed(_request: Request, exc: UpstreamError) -> JSONResponse:
+        headers = {**exc.headers, **({"X-Audit-Id": exc.audit_id} if exc.audit_id else {})}
+        return error_response(exc.status_code, exc.message, exc.code, headers=headers or None)
 
     @app.exception_handler(BadRequest)
     async def _bad_request(_request: Request, exc: BadRequest) -> JSONResponse:

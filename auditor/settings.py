@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -30,6 +30,10 @@ class Settings(BaseSettings):
     auto_migrate: bool = True            # run `alembic upgrade head` when the app starts
     redis_url: str | None = None         # None -> background tasks run in-process
     model_path: Path | None = None       # None -> auditor/bundled_model/
+    local_engine: bool = True            # False: an API replica that only forwards to upstream models
+    # The model registry (see auditor.serving.registry): a YAML file and/or inline JSON, id -> entry.
+    models_file: Path | None = None
+    models: dict[str, dict[str, Any]] = Field(default_factory=dict)
     hmac_key: SecretStr = SecretStr(DEVELOPMENT_HMAC_KEY)
     host: str = "127.0.0.1"
     port: int = 8000

@@ -15,6 +15,7 @@ from auditor.auth.principal import AuthenticationError, AuthGuard, Principal, Ro
 from auditor.jobs.task_queue import TaskQueue
 from auditor.serving.inference import InferenceService
 from auditor.serving.metrics import ServiceMetrics
+from auditor.serving.registry import ModelRegistry
 from auditor.settings import Settings
 from auditor.store.database import Database
 from auditor.trail.access_log import log_denied
@@ -30,6 +31,7 @@ class Services:
     task_queue: TaskQueue
     auth: AuthGuard
     ready: bool = False
+    models: ModelRegistry | None = None     # served model ids -> the local engine or an upstream
 
 
 def get_services(request: Request) -> Services:

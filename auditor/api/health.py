@@ -30,7 +30,8 @@ def ready(services: ServicesDep) -> JSONResponse:
     except SQLAlchemyError as exc:
         store = f"unavailable ({exc.__class__.__name__})"
     ok = services.ready and store == "ok"
-    return JSONResponse({"ready": ok, "audit_store": store, "model": services.engine.model_id},
+    model = services.engine.model_id if services.engine is not None else None
+    return JSONResponse({"ready": ok, "audit_store": store, "model": model},
                         status_code=200 if ok else 503)
 
 

@@ -1,4 +1,5 @@
-"""GET /v1/models: the engine's model, plus one `auditor-<domain>` alias per domain."""
+"""GET /v1/models: every id of the model registry (the engine's model and its `auditor-<domain>` aliases,
+and the upstream models)."""
 
 from __future__ import annotations
 
@@ -13,5 +14,6 @@ router = APIRouter(tags=["inference"])
 
 @router.get("/v1/models")
 def list_models(services: ServicesDep, _caller: CallerDep) -> dict[str, Any]:
-    ids = [services.engine.model_id, *(f"auditor-{domain}" for domain in services.settings.domains)]
-    return {"object": "list", "data": [{"id": i, "object": "model", "created": 0, "owned_by": "auditor"} for i in ids]}
+    assert services.models is not None
+    return {"object": "list", "data": [{"id": i, "object": "model", "created": 0, "owned_by": "auditor"}
+                                       for i in services.models.ids()]}

@@ -15,6 +15,7 @@ import anyio
 from auditor.api.errors import audit_store_unavailable, error_body
 from auditor.api.openai_format import ChunkFactory, sse, usage
 from auditor.serving.inference import AuditUnavailable, BadRequest, InferenceService, Outcome, Prepared
+from auditor.serving.upstream import UpstreamError
 
 Piece = str | Outcome
 
@@ -50,6 +51,8 @@ async def event_stream(first: Piece, rest: AsyncIterator[Piece], make_chunk: Chu
         yield sse(error_body(error.status_code, error.message, error.code))
     except BadRequest as exc:
         yield sse(error_body(400, str(exc), exc.code, exc.param))
+    except UpstreamError as exc:       # the upstream failed mid-answer: 502/504 in the OpenAI shape
+        yield sse(error_body(exc.status_code, exc.message, exc.code))
     finally:
         # A client that went away cancels this generator; shielded, the close still runs now (not whenever the
         # GC finalises it), so the service records the request as ended early and the engine frees its blocks.

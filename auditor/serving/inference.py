@@ -7,6 +7,10 @@ committed as a segment before it is sent (`auditor.trail.segments`); the chained
 the segments over, is committed before the final chunk and `[DONE]`. If a write fails, the client gets
 an error event and nothing more, and the committed segments are recovered into an "error" record. A
 client that disconnects mid-stream still gets its request recorded, with status "error".
+
+The backend is the local engine or an OpenAI-compatible upstream (`auditor.serving.registry`): the same
+gates, validators and record apply; an upstream's record names it and says its decoding was not KG-
+constrained, and an upstream that fails (`UpstreamError`) is recorded as an error with what was delivered.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from auditor.gate.gate import GateDecision, InputGateResult, OutputGate, Verifie
 from auditor.gate.pii import redact_pii
 from auditor.serving.knowledge import KgConstraint, Knowledge
 from auditor.serving.metrics import ServiceMetrics
+from auditor.serving.registry import Backend, LocalBackend, ModelRoute
+from auditor.serving.upstream import UpstreamError
 from auditor.settings import Settings
 from auditor.store.database import Database
 from auditor.trail.chain import sha256_text
@@ -62,13 +68,15 @@ class RequestContext:
 class Prepared:
     audit_id: str
     context: RequestContext
-    prompt: str                      # what the engine sees (chat template applied)
+    prompt: Any                      # what the backend takes: text (chat template applied) or an upstream's messages
     stored_prompt: str               # what the record stores (raw or PII-redacted per content mode)
     gate_text: str                   # user-supplied text, for the output validators' context
     params: SamplingParams
     input_gate: InputGateResult
     kg: KgConstraint | None
     content_mode: str
+    backend: Backend
+    details: dict[str, Any] = field(default_factory=dict)   # goes into the record's (hashed) details
     started: float = field(default_factory=time.perf_counter)
 
 
@@ -85,10 +93,15 @@ class Outcome:
     fer: float | None
     annotations: list[str]
     logprobs: list[TokenLogprob] | None = None
+    contradicted: list[dict[str, Any]] = field(default_factory=list)   # the claims a regeneration must avoid
+    attempts: list[str] = field(default_factory=list)   # audit ids of every attempt (regenerate on block)
 
     def audit_summary(self) -> dict[str, Any]:
-        return {"gate_action": self.gate_action, "claims": self.claim_counts, "fer": self.fer,
-                "annotations": self.annotations}
+        summary = {"gate_action": self.gate_action, "claims": self.claim_counts, "fer": self.fer,
+                   "annotations": self.annotations}
+        if len(self.attempts) > 1:
+            summary["attempts"] = self.attempts
+        return summary
 
 
 @dataclass(slots=True)
@@ -127,18 +140,21 @@ class InferenceService:
         self.metrics = metrics
         self.verifier = verifier
         self.knowledge = knowledge
+        self.local = LocalBackend(engine) if engine is not None else None
 
     # -- preparation -----------------------------------------------------------------------------
     def prepare(self, context: RequestContext, *, messages: list[dict[str, str]] | None = None,
-                prompt: str | None = None, params: SamplingParams) -> Prepared:
-        """Render the prompt, run the input gate, link KG entities; raise BadRequest for unusable input."""
+                prompt: str | None = None, params: SamplingParams, route: ModelRoute | None = None) -> Prepared:
+        """Render the prompt, run the input gate, link KG entities; raise BadRequest for unusable input.
+        `route` (from the model registry) says which backend generates; None is the local engine."""
+        backend = route.backend if route is not None else self.local
         try:
             params.validate()
         except InvalidRequestError as exc:
             raise BadRequest(str(exc)) from exc
         if messages is not None:
             try:
-                rendered = self.engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+                rendered = backend.render(messages)
             except InvalidRequestError as exc:
                 raise BadRequest(str(exc), param="messages") from exc
             user_text = "\n".join(m["content"] for m in messages if m["role"] in ("user", "tool"))
@@ -150,14 +166,16 @@ class InferenceService:
             redacted_stored = redact_pii(rendered)[0]
         gate = check_input(user_text, intent=context.intent, annotate_score=self.settings.injection_annotate_score,
                            refuse_score=self.settings.injection_refuse_score)
-        kg = self.knowledge.constraint_for(context.domain, user_text) if context.domain else None
+        # Only the local engine can mask logits; an upstream's record says its decoding was not constrained.
+        kg = self.knowledge.constraint_for(context.domain, user_text) if context.domain and backend.kg_constrained else None
         if kg is not None and kg.applied:
             params.extra_args.update(kg.extra_args())
         mode = self.settings.content_mode_for(context.domain)
         return Prepared(
             audit_id=str(uuid.uuid4()), context=context, prompt=rendered,
             stored_prompt=redacted_stored if mode == "redacted" else raw_stored, gate_text=user_text,
-            params=params, input_gate=gate, kg=kg, content_mode=mode,
+            params=params, input_gate=gate, kg=kg, content_mode=mode, backend=backend,
+            details=dict(backend.record_details() or {}),
         )
 
     # -- running ---------------------------------------------------------------------------------
@@ -199,6 +217,12 @@ class InferenceService:
             record_attempted = True
             await self._record_failure(prepared, gate, generation, str(exc))
             raise BadRequest(str(exc)) from exc
+        except UpstreamError as exc:        # 502/504: the trail says what failed and what was delivered
+            record_attempted = True
+            await self._record_failure(prepared, gate, generation, f"{exc.code}: {exc.message}; "
+                                       f"{len(gate.delivered)} characters had been delivered to the client")
+            exc.audit_id = prepared.audit_id
+            raise
         finally:
             if not record_attempted:  # client went away, or the engine failed: the trail still gets the request
                 with anyio.CancelScope(shield=True):
@@ -209,7 +233,7 @@ class InferenceService:
         context = prepared.context
         return StreamOpening(prepared.audit_id, context.principal.tenant, prepared.content_mode, {
             "key_id": context.principal.key_id, "request_id": context.request_id, "endpoint": context.endpoint,
-            "intent": context.intent, "domain": context.domain, "model_id": getattr(self.engine, "model_id", None),
+            "intent": context.intent, "domain": context.domain, "model_id": prepared.backend.model_id,
         })
 
     @staticmethod
@@ -227,7 +251,8 @@ class InferenceService:
     async def _generate(self, prepared: Prepared, gate: OutputGate, generation: _Generation) -> AsyncIterator[str]:
         kwargs = {"request_id": prepared.audit_id, "intent": prepared.context.intent,
                   "cache_salt": prepared.context.principal.tenant}  # tenants never share KV blocks
-        async with aclosing(self.engine.generate(prepared.prompt, prepared.params, **kwargs)) as outputs:
+        outputs = prepared.backend.generate(prepared.prompt, prepared.params, trace=prepared.details, **kwargs)
+        async with aclosing(outputs) as outputs:
             async for out in outputs:
                 generation.absorb(out)
                 # The validators are CPU work: keep them off the event loop that serves other requests.
@@ -259,6 +284,7 @@ class InferenceService:
             prompt_tokens=generation.prompt_tokens, completion_tokens=generation.completion_tokens,
             gate_action=action, claim_counts=gate.claim_counts(), fer=gate.fer(),
             annotations=prepared.input_gate.annotations + gate.annotations, logprobs=logprobs,
+            contradicted=[claim for claim in gate.claims if claim.get("verdict") == "contradicted"],
         )
 
     # -- recording -------------------------------------------------------------------------------
@@ -304,7 +330,7 @@ class InferenceService:
             id=prepared.audit_id, tenant=prepared.context.principal.tenant, status=status,
             key_id=prepared.context.principal.key_id, request_id=_stored_free_text(prepared, prepared.context.request_id),
             endpoint=prepared.context.endpoint, intent=prepared.context.intent, domain=prepared.context.domain,
-            model_id=getattr(self.engine, "model_id", None), checkpoint_hash=getattr(self.engine, "checkpoint_hash", None),
+            model_id=prepared.backend.model_id, checkpoint_hash=prepared.backend.checkpoint_hash,
             sampling_params=_params_for_record(prepared), kg_version=self.knowledge.kg_version(prepared.context.domain) if prepared.context.domain else None,
             rule_pack_hash=self.verifier.rule_pack_hash(prepared.context.domain), content_mode=prepared.content_mode,
             prompt=prepared.stored_prompt,
@@ -315,6 +341,7 @@ class InferenceService:
             gate_decisions=[d.to_dict() for d in prepared.input_gate.decisions + gate.decisions],
             gate_action=action, n_supported=counts["supported"], n_contradicted=counts["contradicted"],
             n_unverifiable=counts["unverifiable"], fer=gate.fer(), finish_reason=finish_reason, error=error,
+            details=prepared.details or None,
         )
 
     def _count(self, prepared: Prepared, gate: OutputGate, outcome: Outcome, generation: _Generation) -> None:

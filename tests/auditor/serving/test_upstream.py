@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from benchmarks.serve_process import ServeProcess, free_port, model_folder
 from tests.auditor.conftest import ScriptedVerifier
-from tests.auditor.upstream_server import UpstreamServer, free_port, model_folder
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -30,9 +30,9 @@ WRONG_KEY_ENV = "AUDITOR_TEST_UPSTREAM_WRONG_KEY"
 
 
 @pytest.fixture(scope="module")
-def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpstreamServer]:
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
     """The bundled model as it ships, behind an API key."""
-    server = UpstreamServer(tmp_path_factory.mktemp("upstream"), api_key=True).start()
+    server = ServeProcess(tmp_path_factory.mktemp("upstream"), api_key=True).start()
     os.environ[KEY_ENV] = server.key or ""
     os.environ[WRONG_KEY_ENV] = "sk-not-the-upstream-key"
     try:
@@ -49,16 +49,16 @@ def long_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def long_upstream(tmp_path: Path, long_model: Path) -> Iterator[UpstreamServer]:
+def long_upstream(tmp_path: Path, long_model: Path) -> Iterator[ServeProcess]:
     """A model that writes sentence after sentence (about one a second here) until max_tokens."""
-    server = UpstreamServer(tmp_path / "long-upstream", model_path=long_model).start()
+    server = ServeProcess(tmp_path / "long-upstream", model_path=long_model).start()
     try:
         yield server
     finally:
         server.stop()
 
 
-def upstream_entry(server: UpstreamServer | None, *, base_url: str | None = None, key_env: str | None = KEY_ENV,
+def upstream_entry(server: ServeProcess | None, *, base_url: str | None = None, key_env: str | None = KEY_ENV,
                    **config: Any) -> dict[str, Any]:
     upstream = {"base_url": base_url or (server.base_url if server else ""), "model": "auditor", **config}
     if key_env and server is not None and server.key:
@@ -113,7 +113,7 @@ def last_record(client) -> dict[str, Any]:
 # -- forwarding ---------------------------------------------------------------------------------------------
 
 
-def test_chat_is_forwarded_gated_and_recorded_with_the_upstream_named(service, upstream: UpstreamServer,
+def test_chat_is_forwarded_gated_and_recorded_with_the_upstream_named(service, upstream: ServeProcess,
                                                                        tmp_path: Path) -> None:
     import httpx
 
@@ -137,7 +137,7 @@ def test_chat_is_forwarded_gated_and_recorded_with_the_upstream_named(service, u
     assert client.get("/v1/audits/verify").json()["ok"] is True
 
 
-def test_completions_are_forwarded(service, upstream: UpstreamServer) -> None:
+def test_completions_are_forwarded(service, upstream: ServeProcess) -> None:
     client = service({"up": upstream_entry(upstream)})
     response = client.post("/v1/completions", json={"model": "up", "prompt": "Metformin is", "max_tokens": 12,
                                                     "temperature": 0})
@@ -148,7 +148,7 @@ def test_completions_are_forwarded(service, upstream: UpstreamServer) -> None:
     assert row["endpoint"] == "completions" and row["output"] == text
 
 
-def test_the_upstream_key_is_sent_but_never_stored(service, upstream: UpstreamServer, app_database_url: str) -> None:
+def test_the_upstream_key_is_sent_but_never_stored(service, upstream: ServeProcess, app_database_url: str) -> None:
     client = service({"up": upstream_entry(upstream), "bad": upstream_entry(upstream, key_env=WRONG_KEY_ENV)})
     assert chat(client).status_code == 200
     assert chat(client, "bad").status_code == 502
@@ -157,7 +157,7 @@ def test_the_upstream_key_is_sent_but_never_stored(service, upstream: UpstreamSe
     assert b"sk-not-the-upstream-key" not in stored
 
 
-def test_streams_are_gated_sentence_by_sentence(service, long_upstream: UpstreamServer) -> None:
+def test_streams_are_gated_sentence_by_sentence(service, long_upstream: ServeProcess) -> None:
     # the long model's answer begins with a contraindication sentence, then goes on sentence after sentence
     verifier = ScriptedVerifier({"contraindicated": ("contradicted", "block")})
     client = service({"up": upstream_entry(long_upstream)}, verifier=verifier)
@@ -197,7 +197,7 @@ class BlockFirstAnswer(ScriptedVerifier):
 
 
 def test_regenerate_on_block_asks_again_with_the_contradicted_claims_and_records_each_attempt(
-        service, upstream: UpstreamServer) -> None:
+        service, upstream: ServeProcess) -> None:
     client = service({"up": {**upstream_entry(upstream), "regenerate_on_block": 2}}, verifier=BlockFirstAnswer())
     response = chat(client, max_tokens=60)
     assert response.status_code == 200, response.text
@@ -215,7 +215,7 @@ def test_regenerate_on_block_asks_again_with_the_contradicted_claims_and_records
     assert body["choices"][0]["message"]["content"] == second["delivered_output"]
 
 
-def test_regenerate_on_block_gives_up_after_n_attempts(service, upstream: UpstreamServer) -> None:
+def test_regenerate_on_block_gives_up_after_n_attempts(service, upstream: ServeProcess) -> None:
     verifier = ScriptedVerifier({"": ("contradicted", "block")})   # every sentence of every answer
     client = service({"up": {**upstream_entry(upstream), "regenerate_on_block": 2}}, verifier=verifier)
     response = chat(client)
@@ -229,7 +229,7 @@ def test_regenerate_on_block_gives_up_after_n_attempts(service, upstream: Upstre
 # -- faults ------------------------------------------------------------------------------------------------
 
 
-def test_a_stalled_upstream_gives_504_and_an_error_record(service, upstream: UpstreamServer) -> None:
+def test_a_stalled_upstream_gives_504_and_an_error_record(service, upstream: ServeProcess) -> None:
     client = service({"up": upstream_entry(upstream, read_timeout_s=1.0)})
     upstream.pause()
     try:
@@ -250,14 +250,14 @@ def test_a_stalled_upstream_gives_504_and_an_error_record(service, upstream: Ups
     assert chat(client).status_code == 200          # resumed: the pooled client recovers
 
 
-def test_an_answer_longer_than_the_total_timeout_gives_504(service, long_upstream: UpstreamServer) -> None:
+def test_an_answer_longer_than_the_total_timeout_gives_504(service, long_upstream: ServeProcess) -> None:
     client = service({"up": upstream_entry(long_upstream, total_timeout_s=0.5)})
     response = chat(client, max_tokens=200)
     assert "longer than total_timeout_s" in assert_error(response, 504, "upstream_timeout")["message"]
 
 
 def test_an_upstream_500_gives_502_and_an_error_record(service, tmp_path: Path) -> None:
-    broken = UpstreamServer(tmp_path / "broken", model_path=model_folder(tmp_path / "broken-model",
+    broken = ServeProcess(tmp_path / "broken", model_path=model_folder(tmp_path / "broken-model",
                                                                          broken_template=True)).start()
     try:
         client = service({"up": upstream_entry(broken)})
@@ -270,7 +270,7 @@ def test_an_upstream_500_gives_502_and_an_error_record(service, tmp_path: Path) 
     assert row["status"] == "error" and "upstream_error" in row["error"] and row["delivered_output"] in (None, "")
 
 
-def test_an_upstream_that_refuses_our_key_gives_502(service, upstream: UpstreamServer) -> None:
+def test_an_upstream_that_refuses_our_key_gives_502(service, upstream: ServeProcess) -> None:
     client = service({"up": upstream_entry(upstream, key_env=WRONG_KEY_ENV)})
     error = assert_error(chat(client), 502, "upstream_refused")
     assert "401" in error["message"]
@@ -291,7 +291,7 @@ def test_connection_refused_gives_502_after_bounded_retries(service) -> None:
 
 
 def test_an_upstream_killed_mid_stream_ends_the_stream_with_502_and_records_what_was_delivered(
-        service, long_upstream: UpstreamServer) -> None:
+        service, long_upstream: ServeProcess) -> None:
     client = service({"up": upstream_entry(long_upstream)})
     received: list[str] = []
     with client.stream("POST", "/v1/chat/completions", headers={"X-Domain": "medical"},
@@ -318,7 +318,7 @@ def test_an_upstream_killed_mid_stream_ends_the_stream_with_502_and_records_what
 
 
 def test_an_upstream_killed_mid_answer_fails_a_non_streaming_request_with_502(service,
-                                                                            long_upstream: UpstreamServer) -> None:
+                                                                            long_upstream: ServeProcess) -> None:
     client = service({"up": upstream_entry(long_upstream)})
     killer = threading.Thread(target=kill_after_first_sentence, args=(long_upstream,))
     killer.start()
@@ -332,7 +332,7 @@ def test_an_upstream_killed_mid_answer_fails_a_non_streaming_request_with_502(se
     assert row["delivered_output"] in (None, "")               # and the client got none of it
 
 
-def kill_after_first_sentence(server: UpstreamServer, timeout_s: float = 60.0) -> None:
+def kill_after_first_sentence(server: ServeProcess, timeout_s: float = 60.0) -> None:
     """Kill the upstream once it has sent its first sentence: it commits each sentence of a stream to its own
     store before flushing it (its next one is about a second away on this model)."""
     import sqlite3
@@ -355,7 +355,7 @@ def kill_after_first_sentence(server: UpstreamServer, timeout_s: float = 60.0) -
 # -- configuration -------------------------------------------------------------------------------------------
 
 
-def test_an_api_replica_without_a_local_engine_serves_only_its_upstreams(upstream: UpstreamServer,
+def test_an_api_replica_without_a_local_engine_serves_only_its_upstreams(upstream: ServeProcess,
                                                                           app_database_url: str) -> None:
     from fastapi.testclient import TestClient
 

@@ -19,8 +19,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from auditor.app import create_app
+from benchmarks.serve_process import free_port
 from tests.auditor.conftest import FakeEngine, make_settings
-from tests.auditor.upstream_server import free_port
 
 pytestmark = pytest.mark.timeout(120)
 

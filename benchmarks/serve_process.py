@@ -1,8 +1,9 @@
-"""A second `auditor serve` process on the bundled model, to be the upstream of the service under test.
+"""`auditor serve` in a subprocess: the upstream of the upstream tests and benchmarks, or the service itself.
 
-Real HTTP, a real engine, a real audit store of its own. The faults are real too: SIGSTOP makes it
-stall (slow), SIGKILL makes it die mid-answer, and a model folder whose chat template raises makes it
-answer 500. `model_folder` writes copies of the bundled model with such changes; weights are untouched.
+Real HTTP, a real engine, a real audit store of its own. The faults the tests need are real too: SIGSTOP
+makes it stall (slow), SIGKILL makes it die mid-answer, and a model folder whose chat template raises
+makes it answer 500. `model_folder` writes copies of the bundled model with such changes; weights are
+untouched.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 BUNDLED_MODEL = REPO / "auditor" / "bundled_model"
 START_TIMEOUT_S = 120.0
 
@@ -49,19 +50,20 @@ def model_folder(target: Path, *, never_stop: bool = False, broken_template: boo
     return target
 
 
-class UpstreamServer:
+class ServeProcess:
     """`auditor serve` in a subprocess; always stopped by `stop()` (tests call it in a finally)."""
 
-    def __init__(self, workdir: Path, *, model_path: Path = BUNDLED_MODEL, api_key: bool = False) -> None:
+    def __init__(self, workdir: Path, *, model_path: Path = BUNDLED_MODEL, api_key: bool = False,
+                 database_url: str | None = None, env: dict[str, str] | None = None) -> None:
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.model_path = model_path
         self.port = free_port()
-        self.database_url = f"sqlite:///{workdir / 'upstream.db'}"
-        self.env = {**os.environ, "AUDITOR_DATABASE_URL": self.database_url, "AUDITOR_MODEL_PATH": str(model_path),
+        self.database_url = database_url or f"sqlite:///{workdir / 'upstream.db'}"
+        inherited = {k: v for k, v in os.environ.items() if k not in ("AUDITOR_MODELS_FILE", "AUDITOR_REDIS_URL")}
+        self.env = {**inherited, "AUDITOR_DATABASE_URL": self.database_url, "AUDITOR_MODEL_PATH": str(model_path),
                     "AUDITOR_DOMAINS": "[]", "AUDITOR_ENVIRONMENT": "development", "AUDITOR_MODELS": "{}",
-                    "AUDITOR_MODELS_FILE": "", "AUDITOR_SQLITE_SYNCHRONOUS": "NORMAL"}
-        self.env.pop("AUDITOR_MODELS_FILE")
+                    "AUDITOR_SQLITE_SYNCHRONOUS": "NORMAL", **(env or {})}
         self.key = self._create_key() if api_key else None
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -75,7 +77,7 @@ class UpstreamServer:
                              timeout=120, check=True).stdout
         return next(line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("key: "))
 
-    def start(self) -> UpstreamServer:
+    def start(self) -> ServeProcess:
         log = (self.workdir / "serve.log").open("ab")
         self.process = subprocess.Popen([sys.executable, "-m", "auditor.cli", "serve", "--port", str(self.port)],
                                         env=self.env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)

@@ -34,6 +34,8 @@ class Settings(BaseSettings):
     # The model registry (see auditor.serving.registry): a YAML file and/or inline JSON, id -> entry.
     models_file: Path | None = None
     models: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # How often a process checks the store for a new KG version (imports, rollbacks); 0: only on reload.
+    kg_refresh_s: float = Field(default=5.0, ge=0, le=3600)
     hmac_key: SecretStr = SecretStr(DEVELOPMENT_HMAC_KEY)
     host: str = "127.0.0.1"
     port: int = 8000

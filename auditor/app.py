@@ -16,7 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from prometheus_client import start_http_server
 
-from auditor.api import audits, chat, completions, health, models, reaudits
+from auditor.api import audits, chat, completions, health, kg, models, reaudits
 from auditor.api.deps import Services
 from auditor.api.errors import audit_store_unavailable, error_response, install_error_handlers
 from auditor.api.limits import BodySizeLimit
@@ -27,6 +27,7 @@ from auditor.jobs import scoring
 from auditor.jobs.inprocess import EmbeddedWorker
 from auditor.jobs.settings import WorkerSettings
 from auditor.jobs.task_queue import TaskQueue, celery_queue
+from auditor.kg.live import LiveKnowledgeGraphs
 from auditor.serving.inference import AuditUnavailable, BadRequest, InferenceService
 from auditor.serving.knowledge import Knowledge, NoKnowledge
 from auditor.serving.metrics import ServiceMetrics
@@ -77,6 +78,20 @@ async def _open_model_registry(settings: Settings, engine: Any, stack: AsyncExit
     return models
 
 
+def _follow_kg_versions(settings: Settings, database: Database, engine: Any, verifier: Any,
+                       knowledge: Any) -> LiveKnowledgeGraphs:
+    """Serve the store's current KG versions (imports, rollbacks) from start-up on, and follow them."""
+    from auditor.serving.runtime import kg_listeners
+    from knowledge_graphs import packaged_kg
+
+    started_with = dict(getattr(knowledge, "kgs", None) or {})   # overlays go on the KGs this process loaded
+    live = LiveKnowledgeGraphs(database, settings.domains, refresh_s=settings.kg_refresh_s,
+                               listeners=kg_listeners(engine, verifier, knowledge),
+                               packaged=lambda domain: started_with.get(domain) or packaged_kg(domain))
+    live.refresh()
+    return live.start()
+
+
 async def _shutdown_engine(engine: Any) -> None:
     shutdown = getattr(engine, "shutdown", None)
     if callable(shutdown):
@@ -119,6 +134,9 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
             if loaded_engine is not None:
                 metrics.watch_engine(loaded_engine.stats)
             models = await _open_model_registry(settings, loaded_engine, stack)
+            live_kgs = await anyio.to_thread.run_sync(_follow_kg_versions, settings, database, loaded_engine,
+                                                      loaded_verifier, loaded_knowledge)
+            stack.callback(live_kgs.stop)
             inference = InferenceService(engine=loaded_engine, database=database, settings=settings, metrics=metrics,
                                          verifier=loaded_verifier or NoClaimVerifier(),
                                          knowledge=loaded_knowledge or NoKnowledge())
@@ -132,7 +150,8 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                                                     registry=metrics.registry)
                 stack.callback(server.shutdown)
             auth = AuthGuard(environment=settings.environment, bind_host=settings.host)
-            services = Services(settings, database, loaded_engine, inference, metrics, task_queue, auth, models=models)
+            services = Services(settings, database, loaded_engine, inference, metrics, task_queue, auth, models=models,
+                                kg=live_kgs)
             app.state.services = services
             await anyio.to_thread.run_sync(_warn_about_authentication, database, auth, settings.host)
             services.ready = True
@@ -166,6 +185,7 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
     async def _bad_request(_request: Request, exc: BadRequest) -> JSONResponse:
         return error_response(400, str(exc), exc.code, exc.param)
 
-    for router in (chat.router, completions.router, models.router, audits.router, reaudits.router, health.router):
+    for router in (chat.router, completions.router, models.router, audits.router, reaudits.router, kg.router,
+                   health.router):
         app.include_router(router)
     return app

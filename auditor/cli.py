@@ -8,7 +8,7 @@ import importlib
 import sys
 
 # Module names under auditor.commands, in the order `auditor --help` lists them.
-COMMANDS = ("demo", "serve", "verify", "db", "audit", "audits", "keys", "worker", "reaudit", "import_outputs")
+COMMANDS = ("demo", "serve", "verify", "db", "audit", "audits", "keys", "worker", "reaudit", "import_outputs", "kg")
 
 
 class CliError(Exception):

@@ -9,8 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Collection, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Collection, Iterable, Iterator
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import networkx as nx
@@ -60,6 +60,7 @@ class KnowledgeGraph:
     def __init__(self, domain: str, entities: Iterable[Entity], facts: Iterable[Fact], *, data_version: str = "0"):
         self.domain = domain
         self.graph: nx.MultiDiGraph = nx.MultiDiGraph()
+        self._lower_graphs: tuple[nx.MultiDiGraph, ...] = ()   # the KGs this one extends (`extended`)
         self._entities: dict[str, Entity] = {}
         self._aliases: dict[str, list[str]] = {}
         self._facts: list[Fact] = []
@@ -88,6 +89,51 @@ class KnowledgeGraph:
         self._facts_by_subject.setdefault(fact.subject, []).append(fact)
         if fact.object is not None:
             self.graph.add_edge(fact.subject, fact.object, key=fact.relation, fact=fact)
+
+    def extended(self, entities: Iterable[Entity], facts: Iterable[Fact], *, version: str,
+                 superseded: Callable[[Fact], bool] | None = None) -> KnowledgeGraph:
+        """A new KG: this one plus `entities` and `facts`, minus the literal facts `superseded` selects, named
+        `version`. This KG is not changed and shares its Entity and Fact objects and its graph with the new one
+        (the containers are copied, lists on write), so an overlay of a few thousand rows on the medical KG
+        costs tens of milliseconds, not a rebuild. Same-id entities merge their aliases into a copy."""
+        kg = KnowledgeGraph.__new__(KnowledgeGraph)
+        kg.domain, kg.version = self.domain, version
+        kg.graph, kg._lower_graphs = nx.MultiDiGraph(), (*self._lower_graphs, self.graph)
+        kg._entities, kg._aliases = dict(self._entities), dict(self._aliases)
+        kg._facts, kg._facts_by_subject = list(self._facts), dict(self._facts_by_subject)
+        if superseded is not None:
+            kg._drop_facts(superseded)
+        for entity in entities:
+            kg._add_entity_copying(entity)
+        for fact in facts:
+            kg._facts.append(fact)
+            kg._facts_by_subject[fact.subject] = [*kg._facts_by_subject.get(fact.subject, ()), fact]
+            if fact.object is not None:
+                kg.graph.add_edge(fact.subject, fact.object, key=fact.relation, fact=fact)
+        return kg
+
+    def _drop_facts(self, superseded: Callable[[Fact], bool]) -> None:
+        dropped = [f for f in self._facts if superseded(f)]
+        if any(f.object is not None for f in dropped):
+            raise ValueError("only literal facts (no object entity) can be superseded")
+        if dropped:
+            gone = {id(f) for f in dropped}
+            self._facts = [f for f in self._facts if id(f) not in gone]
+            for subject in {f.subject for f in dropped}:
+                self._facts_by_subject[subject] = [f for f in self._facts_by_subject[subject] if id(f) not in gone]
+
+    def _add_entity_copying(self, entity: Entity) -> None:
+        known = self._entities.get(entity.id)
+        if known is not None:   # merge into a copy: the KG this one extends keeps its own record
+            entity = replace(known, aliases=list(dict.fromkeys([*known.aliases, *entity.aliases])))
+        else:
+            self.graph.add_node(entity.id, type=entity.type)
+        self._entities[entity.id] = entity
+        for form in entity.surface_forms:
+            key = normalise_alias(form)
+            ids = self._aliases.get(key, [])
+            if entity.id not in ids:
+                self._aliases[key] = [*ids, entity.id]
 
     def _content_hash(self, data_version: str) -> str:
         digest = hashlib.sha256(f"{self.domain}:{data_version}".encode())
@@ -124,17 +170,19 @@ class KnowledgeGraph:
         """Entity ids within `hops` edges of `entity_id` in either direction, over `relations` (all if None)."""
         seen = {entity_id}
         frontier = {entity_id}
+        layers = (*self._lower_graphs, self.graph)
         for _ in range(hops):
             nxt: set[str] = set()
             for node in frontier:
-                if node not in self.graph:
-                    continue
-                for _, other, rel in self.graph.out_edges(node, keys=True):
-                    if relations is None or rel in relations:
-                        nxt.add(other)
-                for other, _, rel in self.graph.in_edges(node, keys=True):
-                    if relations is None or rel in relations:
-                        nxt.add(other)
+                for graph in layers:
+                    if node not in graph:
+                        continue
+                    for _, other, rel in graph.out_edges(node, keys=True):
+                        if relations is None or rel in relations:
+                            nxt.add(other)
+                    for other, _, rel in graph.in_edges(node, keys=True):
+                        if relations is None or rel in relations:
+                            nxt.add(other)
             frontier = nxt - seen
             seen |= nxt
         seen.discard(entity_id)

@@ -13,6 +13,7 @@ from fastapi import Depends, Request
 from auditor.api.errors import ApiError
 from auditor.auth.principal import AuthenticationError, AuthGuard, Principal, RoleNotAllowed, require_role
 from auditor.jobs.task_queue import TaskQueue
+from auditor.kg.live import LiveKnowledgeGraphs
 from auditor.serving.inference import InferenceService
 from auditor.serving.metrics import ServiceMetrics
 from auditor.serving.registry import ModelRegistry
@@ -32,6 +33,7 @@ class Services:
     auth: AuthGuard
     ready: bool = False
     models: ModelRegistry | None = None     # served model ids -> the local engine or an upstream
+    kg: LiveKnowledgeGraphs | None = None   # the KG versions this process serves, following the store
 
 
 def get_services(request: Request) -> Services:

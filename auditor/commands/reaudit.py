@@ -28,7 +28,7 @@ from auditor.store.database import Database
 
 CLI_TENANT = "cli"   # the operator acts as admin over all tenants
 _FILTER_OPTIONS = ("since", "until", "tenant", "domain", "intent", "model", "gate_action", "status",
-                   "has_contradicted", "fer_min", "fer_max", "rule_id", "q")
+                   "has_contradicted", "fer_min", "fer_max", "rule_id", "q", "kg_older_than")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -123,8 +123,10 @@ def _queue(settings: Settings, database: Database) -> TaskQueue:
 
         return CeleryTaskQueue(configure(Celery("auditor-cli"), redis_url=settings.redis_url,
                                          settings=WorkerSettings()))
+    from auditor.commands.kg import follow_store_once
     from auditor.jobs.inprocess import InProcessTaskQueue
 
+    follow_store_once(database, settings)     # the job runs here: judge with the store's current KG versions
     spec = _evaluator_spec()
     return InProcessTaskQueue(database, lambda: scoring.load_evaluator(spec))
 

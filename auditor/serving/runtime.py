@@ -4,7 +4,7 @@ the domain KGs (for entity linking) and the rule-pack validators (the output gat
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,10 @@ class KgKnowledge:
         kg = self.kgs.get(domain)
         return kg.version if kg is not None else None
 
+    def use_kg(self, kg: KnowledgeGraph) -> None:
+        """Serve another version of a domain's KG from now on (`auditor.kg.live`)."""
+        self.kgs[kg.domain] = kg
+
     def constraint_for(self, domain: str, prompt: str) -> KgConstraint | None:
         kg = self.kgs.get(domain)
         if kg is None:
@@ -82,6 +86,11 @@ class RulesVerifier:
     def rule_pack_hash(self, domain: str | None) -> str | None:
         pack = self.packs.get(domain or "")
         return pack.hash if pack is not None else None
+
+    def use_kg(self, kg: KnowledgeGraph) -> None:
+        """Judge with another version of a domain's KG from now on (`auditor.kg.live`)."""
+        if kg.domain in self.kgs:
+            self.kgs[kg.domain] = kg
 
     def verify(self, text: str, *, domain: str | None, prompt: str | None, intent: str | None = None) -> Verification:
         if domain not in self.packs:
@@ -119,3 +128,38 @@ def _verification(text: str, report: Report) -> Verification:
                 cursor = end
         redacted = "".join(pieces) + text[cursor:]
     return Verification(claims=claims, decisions=decisions, redacted_text=redacted)
+
+
+# Texts that make each domain's validators build what they index per KG version (mentions, case index).
+_WARM_TEXTS = {"legal": "See Brown v. Board of Education, 347 U.S. 483 (1954).",
+               "medical": "Metformin 500 mg twice daily treats type 2 diabetes.",
+               "finance": "Iran is on the FATF black list; the sanctions list names Acme Ltd."}
+
+
+def kg_listeners(engine: Any, verifier: Any, knowledge: Any) -> list[Callable[[KnowledgeGraph], None]]:
+    """What a new KG version must reach in this process, in order: its indexes built (linker, validators),
+    the decoding constraint's masks, then linking and the output gate. The KG-constraint processor is
+    reachable only when the engine runs in this process; otherwise the constraint keeps the KG it started
+    with, and says so in the log."""
+    processors = [p for p in getattr(getattr(engine, "engine", None), "processors", [])
+                  if isinstance(p, KGConstraintProcessor)]
+    def warm(kg: KnowledgeGraph) -> None:
+        defaults = DOMAIN_DEFAULTS.get(kg.domain)
+        get_linker(kg, defaults.types if defaults else None)
+        if kg.domain in _WARM_TEXTS:
+            rules_verify(_WARM_TEXTS[kg.domain], kg.domain, kg=kg)
+
+    def constrain(kg: KnowledgeGraph) -> None:
+        if engine is not None and not processors:
+            logger.warning("the engine's KG-constraint processor is not reachable from this process: KG %s "
+                           "reaches linking and the validators, not the decoding constraint, until a restart", kg.version)
+        for processor in processors:
+            processor.register(kg, domain=kg.domain)
+
+    def serve(kg: KnowledgeGraph) -> None:
+        for target in (knowledge, verifier):
+            use = getattr(target, "use_kg", None)
+            if callable(use):
+                use(kg)
+
+    return [warm, constrain, serve]

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from sqlalchemy import Select, String, and_, cast, func, select
 from sqlalchemy.orm import Session
 
+from auditor.kg.versions import judged_before
 from auditor.trail.models import AuditRecord, Evaluation
 from auditor.trail.schemas import AuditFilters
 
@@ -72,6 +73,8 @@ def filtered_query(filters: AuditFilters, *, tenant_scope: str | None) -> Select
         conditions.append(AuditRecord.fer <= filters.fer_max)
     if filters.rule_id is not None:
         conditions.append(AuditRecord.rule_ids.contains(f" {filters.rule_id} ", autoescape=True))
+    if filters.kg_older_than is not None:
+        conditions.append(judged_before(filters.kg_older_than))
     if filters.q is not None:
         claims_text = func.lower(cast(AuditRecord.claims, String))
         conditions.append(claims_text.contains(filters.q.lower(), autoescape=True))

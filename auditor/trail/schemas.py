@@ -49,6 +49,8 @@ class RecordFilter(BaseModel):
     fer_max: float | None = Field(default=None, ge=0, le=1)
     rule_id: CleanText | None = Field(default=None, min_length=1, max_length=128)
     q: CleanText | None = Field(default=None, min_length=1, max_length=256, description="Text search over claims")
+    kg_older_than: str | None = Field(default=None, pattern=r"^[0-9a-f]{16}$",
+                                      description="Current verdicts made under a KG version older than this one")
 
     @field_validator("since", "until")
     @classmethod

@@ -65,6 +65,7 @@ class KnowledgeGraph:
         self._aliases: dict[str, list[str]] = {}
         self._facts: list[Fact] = []
         self._facts_by_subject: dict[str, list[Fact]] = {}
+        self._facts_by_object: dict[str, list[Fact]] = {}   # facts about a relation to an entity, by that entity
         for entity in entities:
             self.add_entity(entity)
         for fact in facts:
@@ -88,6 +89,7 @@ class KnowledgeGraph:
         self._facts.append(fact)
         self._facts_by_subject.setdefault(fact.subject, []).append(fact)
         if fact.object is not None:
+            self._facts_by_object.setdefault(fact.object, []).append(fact)
             self.graph.add_edge(fact.subject, fact.object, key=fact.relation, fact=fact)
 
     def extended(self, entities: Iterable[Entity], facts: Iterable[Fact], *, version: str,
@@ -101,6 +103,7 @@ class KnowledgeGraph:
         kg.graph, kg._lower_graphs = nx.MultiDiGraph(), (*self._lower_graphs, self.graph)
         kg._entities, kg._aliases = dict(self._entities), dict(self._aliases)
         kg._facts, kg._facts_by_subject = list(self._facts), dict(self._facts_by_subject)
+        kg._facts_by_object = dict(self._facts_by_object)
         if superseded is not None:
             kg._drop_facts(superseded)
         for entity in entities:
@@ -109,6 +112,7 @@ class KnowledgeGraph:
             kg._facts.append(fact)
             kg._facts_by_subject[fact.subject] = [*kg._facts_by_subject.get(fact.subject, ()), fact]
             if fact.object is not None:
+                kg._facts_by_object[fact.object] = [*kg._facts_by_object.get(fact.object, ()), fact]
                 kg.graph.add_edge(fact.subject, fact.object, key=fact.relation, fact=fact)
         return kg
 
@@ -163,7 +167,12 @@ class KnowledgeGraph:
         return self._aliases
 
     def facts(self, subject: str | None = None, relation: str | None = None, object: str | None = None) -> list[Fact]:
-        pool = self._facts_by_subject.get(subject, []) if subject is not None else self._facts
+        if subject is not None:
+            pool = self._facts_by_subject.get(subject, [])
+        elif object is not None:   # "which facts point at this list / class": an index, not a scan of all facts
+            pool = self._facts_by_object.get(object, [])
+        else:
+            pool = self._facts
         return [f for f in pool if (relation is None or f.relation == relation) and (object is None or f.object == object)]
 
     def neighbours(self, entity_id: str, *, relations: Collection[str] | None = None, hops: int = 1) -> set[str]:

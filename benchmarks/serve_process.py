@@ -63,7 +63,9 @@ class ServeProcess:
         inherited = {k: v for k, v in os.environ.items() if k not in ("AUDITOR_MODELS_FILE", "AUDITOR_REDIS_URL")}
         self.env = {**inherited, "AUDITOR_DATABASE_URL": self.database_url, "AUDITOR_MODEL_PATH": str(model_path),
                     "AUDITOR_DOMAINS": "[]", "AUDITOR_ENVIRONMENT": "development", "AUDITOR_MODELS": "{}",
-                    "AUDITOR_SQLITE_SYNCHRONOUS": "NORMAL", **(env or {})}
+                    "AUDITOR_SQLITE_SYNCHRONOUS": "NORMAL",
+                    "AUDITOR_ENGINE_PROCESS": "false",   # one process: SIGSTOP / SIGKILL reach the whole server
+                    **(env or {})}
         self.key = self._create_key() if api_key else None
         self.process: subprocess.Popen[bytes] | None = None
 

@@ -14,6 +14,7 @@ from auditor.api.errors import ApiError
 from auditor.auth.principal import AuthenticationError, AuthGuard, Principal, RoleNotAllowed, require_role
 from auditor.jobs.task_queue import TaskQueue
 from auditor.kg.live import LiveKnowledgeGraphs
+from auditor.serving.embeddings import EmbeddingService
 from auditor.serving.inference import InferenceService
 from auditor.serving.metrics import ServiceMetrics
 from auditor.serving.registry import ModelRegistry
@@ -32,6 +33,7 @@ class Services:
     task_queue: TaskQueue
     auth: AuthGuard
     ready: bool = False
+    embeddings: EmbeddingService | None = None
     models: ModelRegistry | None = None     # served model ids -> the local engine or an upstream
     kg: LiveKnowledgeGraphs | None = None   # the KG versions this process serves, following the store
 

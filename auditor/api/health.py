@@ -29,9 +29,10 @@ def ready(services: ServicesDep) -> JSONResponse:
         store = "ok"
     except SQLAlchemyError as exc:
         store = f"unavailable ({exc.__class__.__name__})"
-    ok = services.ready and store == "ok"
+    engine = "ok" if getattr(services.engine, "available", True) else "restarting"
+    ok = services.ready and store == "ok" and engine == "ok"
     model = services.engine.model_id if services.engine is not None else None
-    return JSONResponse({"ready": ok, "audit_store": store, "model": model},
+    return JSONResponse({"ready": ok, "audit_store": store, "engine": engine, "model": model},
                         status_code=200 if ok else 503)
 
 

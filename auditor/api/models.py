@@ -1,5 +1,5 @@
-"""GET /v1/models: every id of the model registry (the engine's model and its `auditor-<domain>` aliases,
-and the upstream models)."""
+"""GET /v1/models: every id of the model registry (the engine's model and its `auditor-<domain>` aliases, the
+upstream models) and the embedding model."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from auditor.api.deps import CallerDep, ServicesDep
+from auditor.serving.embeddings import EMBEDDING_MODEL_ID
 
 router = APIRouter(tags=["inference"])
 
@@ -15,5 +16,5 @@ router = APIRouter(tags=["inference"])
 @router.get("/v1/models")
 def list_models(services: ServicesDep, _caller: CallerDep) -> dict[str, Any]:
     assert services.models is not None
-    return {"object": "list", "data": [{"id": i, "object": "model", "created": 0, "owned_by": "auditor"}
-                                       for i in services.models.ids()]}
+    ids = [*services.models.ids(), EMBEDDING_MODEL_ID]
+    return {"object": "list", "data": [{"id": i, "object": "model", "created": 0, "owned_by": "auditor"} for i in ids]}

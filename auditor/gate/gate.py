@@ -122,16 +122,19 @@ class OutputGate:
 
     `hold_all` (JSON mode) gates the whole output at the end: a JSON value cut at a sentence
     boundary would not parse, so nothing is streamed before the value is complete and checked.
+    `release_at_end=False` (tool calls) gates it at the end too but releases nothing: the caller splits
+    `delivered` into content and calls, and the tool policies decide on the calls before anything leaves.
     """
 
     def __init__(self, verifier: Verifier, *, domain: str | None, prompt: str | None, intent: str | None = None,
-                 hold_all: bool = False, pii_action: str = "redact") -> None:
+                 hold_all: bool = False, pii_action: str = "redact", release_at_end: bool = True) -> None:
         self.verifier = verifier
         self.pii_action = pii_action
         self.domain = domain
         self.prompt = prompt
         self.intent = intent
         self.hold_all = hold_all
+        self.release_at_end = release_at_end
         self.claims: list[dict[str, Any]] = []
         self.decisions: list[GateDecision] = []
         self.annotations: list[str] = []
@@ -157,7 +160,8 @@ class OutputGate:
         if self.refused or not self._buffer:
             return ""
         rest, self._buffer = self._buffer, ""
-        return self._gate(rest)
+        released = self._gate(rest)
+        return released if self.release_at_end else ""
 
     def _gate(self, sentence: str) -> str:
         body = sentence.strip()

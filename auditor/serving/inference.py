@@ -6,7 +6,11 @@ writes fails the request with 503 before the first byte); each sentence passes t
 committed as a segment before it is sent (`auditor.trail.segments`); the chained record, which takes
 the segments over, is committed before the final chunk and `[DONE]`. If a write fails, the client gets
 an error event and nothing more, and the committed segments are recovered into an "error" record. A
-client that disconnects mid-stream still gets its request recorded, with status "error".
+client that disconnects mid-stream still gets its request recorded, with status "error". So does a request
+whose engine died under it (the engine-core process was killed or crashed): it is recorded as failed and
+the client gets 503 (`EngineUnavailable`), or an error event if its stream had begun.
+
+The engine streams deltas (`output_kind="delta"`): each output holds only the new tokens and text.
 
 The backend is the local engine or an OpenAI-compatible upstream (`auditor.serving.registry`): the same
 gates, validators and record apply; an upstream's record names it and says its decoding was not KG-
@@ -25,26 +29,35 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import anyio
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from auditor.auth.principal import Principal
 from auditor.gate.gate import GateDecision, InputGateResult, OutputGate, Verifier, check_input, strongest
 from auditor.gate.pii import redact_pii
+from auditor.gate.tool_policy import load_tool_policies
 from auditor.serving.knowledge import KgConstraint, Knowledge
 from auditor.serving.metrics import ServiceMetrics
 from auditor.serving.registry import Backend, LocalBackend, ModelRoute
+from auditor.serving.surface import RequestSurface, apply_tool_decisions, parses_as_json, redacted_message
 from auditor.serving.upstream import UpstreamError
 from auditor.settings import Settings
 from auditor.store.database import Database
 from auditor.trail.chain import sha256_text
+from auditor.trail.group_commit import GroupCommitter
 from auditor.trail.records import NewRecord, append_in_transaction
-from auditor.trail.segments import StreamOpening, commit_segment, open_stream, release_segments
+from auditor.trail.segments import StreamOpening, insert_opening, insert_segment, release_segments
+from engine.errors import EngineDeadError
 from engine.outputs import RequestOutput, TokenLogprob
 from engine.sampling_params import InvalidRequestError, SamplingParams
 
 
 class AuditUnavailable(Exception):
     """The audit record could not be committed: the request fails closed (503, no output)."""
+
+
+class EngineUnavailable(Exception):
+    """The engine failed under the request or is restarting: 503, and the request is recorded as failed."""
 
 
 class BadRequest(ValueError):
@@ -78,6 +91,8 @@ class Prepared:
     backend: Backend
     details: dict[str, Any] = field(default_factory=dict)   # goes into the record's (hashed) details
     started: float = field(default_factory=time.perf_counter)
+    surface: RequestSurface = field(default_factory=RequestSurface)
+    prefilled: anyio.Event | None = None   # set when the engine's first output arrives (n > 1 waits on it)
 
 
 @dataclass(slots=True)
@@ -93,15 +108,13 @@ class Outcome:
     fer: float | None
     annotations: list[str]
     logprobs: list[TokenLogprob] | None = None
+    tool_calls: list[dict[str, Any]] | None = None   # OpenAI shape; `text` is then the content beside them
+    audit_extras: dict[str, Any] = field(default_factory=dict)
     contradicted: list[dict[str, Any]] = field(default_factory=list)   # the claims a regeneration must avoid
-    attempts: list[str] = field(default_factory=list)   # audit ids of every attempt (regenerate on block)
 
     def audit_summary(self) -> dict[str, Any]:
-        summary = {"gate_action": self.gate_action, "claims": self.claim_counts, "fer": self.fer,
-                   "annotations": self.annotations}
-        if len(self.attempts) > 1:
-            summary["attempts"] = self.attempts
-        return summary
+        return {"gate_action": self.gate_action, "claims": self.claim_counts, "fer": self.fer,
+                "annotations": self.annotations, **self.audit_extras}
 
 
 @dataclass(slots=True)
@@ -118,13 +131,14 @@ class _Generation:
     first_release: float | None = None
 
     def absorb(self, out: RequestOutput) -> None:
-        self.text = out.text
+        """Add one delta output (`output_kind="delta"`)."""
+        self.text += out.new_text
         self.finish_reason = out.finish_reason or self.finish_reason
         self.prompt_tokens = out.stats.num_prompt_tokens or len(out.prompt_token_ids)
-        self.completion_tokens = out.stats.num_generated_tokens or len(out.token_ids)
-        if out.logprobs:  # cumulative when aligned with token_ids, else a delta
-            self.logprobs = list(out.logprobs) if len(out.logprobs) == len(out.token_ids) else self.logprobs + list(out.logprobs)
-        self.events = [asdict(event) for event in out.events]
+        self.completion_tokens = out.stats.num_generated_tokens or self.completion_tokens + len(out.new_token_ids)
+        if out.logprobs:
+            self.logprobs.extend(out.logprobs)
+        self.events.extend(asdict(event) for event in out.events)
         stats = out.stats
         self.timings = {"queue_s": stats.request_queue_time_seconds, "ttft_s": stats.time_to_first_token_seconds,
                         "engine_e2e_s": stats.e2e_request_latency_seconds, "cached_tokens": stats.num_cached_tokens,
@@ -133,20 +147,25 @@ class _Generation:
 
 class InferenceService:
     def __init__(self, *, engine: Any, database: Database, settings: Settings, metrics: ServiceMetrics,
-                 verifier: Verifier, knowledge: Knowledge) -> None:
+                 verifier: Verifier, knowledge: Knowledge, committer: GroupCommitter | None = None) -> None:
         self.engine = engine
         self.database = database
+        # every request-path write (stream openings, segments, records) goes through one group committer
+        self.committer = committer or GroupCommitter(database, timeout_s=settings.store_timeout_s)
         self.settings = settings
         self.metrics = metrics
         self.verifier = verifier
         self.knowledge = knowledge
+        self.tool_policies = load_tool_policies(settings.tool_policy_file)
         self.local = LocalBackend(engine) if engine is not None else None
 
     # -- preparation -----------------------------------------------------------------------------
-    def prepare(self, context: RequestContext, *, messages: list[dict[str, str]] | None = None,
-                prompt: str | None = None, params: SamplingParams, route: ModelRoute | None = None) -> Prepared:
+    def prepare(self, context: RequestContext, *, messages: list[dict[str, Any]] | None = None,
+                prompt: str | None = None, params: SamplingParams, surface: RequestSurface | None = None,
+                route: ModelRoute | None = None) -> Prepared:
         """Render the prompt, run the input gate, link KG entities; raise BadRequest for unusable input.
         `route` (from the model registry) says which backend generates; None is the local engine."""
+        surface = surface or RequestSurface()
         backend = route.backend if route is not None else self.local
         try:
             params.validate()
@@ -154,18 +173,18 @@ class InferenceService:
             raise BadRequest(str(exc)) from exc
         if messages is not None:
             try:
-                rendered = backend.render(messages)
+                rendered = backend.render(messages, **surface.template_kwargs())
             except InvalidRequestError as exc:
                 raise BadRequest(str(exc), param="messages") from exc
             user_text = "\n".join(m["content"] for m in messages if m["role"] in ("user", "tool"))
             raw_stored = json.dumps(messages, ensure_ascii=False)
-            redacted_stored = json.dumps([{**m, "content": redact_pii(m["content"])[0]} for m in messages],
-                                         ensure_ascii=False)
+            redacted_stored = json.dumps([redacted_message(m) for m in messages], ensure_ascii=False)
         else:
             rendered = user_text = raw_stored = prompt or ""
             redacted_stored = redact_pii(rendered)[0]
         gate = check_input(user_text, intent=context.intent, annotate_score=self.settings.injection_annotate_score,
                            refuse_score=self.settings.injection_refuse_score)
+        gate.decisions.extend(surface.check_tool_results(self.verifier, domain=context.domain))
         # Only the local engine can mask logits; an upstream's record says its decoding was not constrained.
         kg = self.knowledge.constraint_for(context.domain, user_text) if context.domain and backend.kg_constrained else None
         if kg is not None and kg.applied:
@@ -175,7 +194,7 @@ class InferenceService:
             audit_id=str(uuid.uuid4()), context=context, prompt=rendered,
             stored_prompt=redacted_stored if mode == "redacted" else raw_stored, gate_text=user_text,
             params=params, input_gate=gate, kg=kg, content_mode=mode, backend=backend,
-            details=dict(backend.record_details() or {}),
+            details=dict(backend.record_details() or {}), surface=surface,
         )
 
     # -- running ---------------------------------------------------------------------------------
@@ -191,25 +210,27 @@ class InferenceService:
 
         `durable` (streaming clients): the stream's opening row is committed before anything runs, and each
         piece is committed as a segment before it is yielded, so no byte leaves without a committed row."""
-        hold_all = (prepared.params.response_format or {}).get("type") in ("json_object", "json_schema")
+        hold_all = (prepared.params.response_format or {}).get("type") in ("json_object", "json_schema",
+                                                                         "structural_tag")
         gate = OutputGate(self.verifier, domain=prepared.context.domain, prompt=prepared.gate_text,
                           intent=prepared.context.intent, hold_all=hold_all,
+                          release_at_end=not (prepared.surface.tools and prepared.surface.tools.active),  # calls: in the Outcome
                           pii_action=self.settings.output_pii_action_for(prepared.context.domain))
         generation = _Generation()
         opening = self._opening(prepared) if durable else None
         record_attempted = False
         try:
             if opening is not None:
-                await self._store(open_stream, self.database, opening, timeout_s=self.settings.store_timeout_s)
+                await self._store(functools.partial(insert_opening, opening=opening))
             if prepared.input_gate.refusal is None:
                 index = 0
                 async for piece in self._generate(prepared, gate, generation):
                     if opening is not None:
                         index += 1
-                        await self._store(commit_segment, self.database, opening, index,
-                                          self._stored_text(prepared, piece), timeout_s=self.settings.store_timeout_s)
+                        await self._store(functools.partial(insert_segment, opening=opening, index=index,
+                                                            text=self._stored_text(prepared, piece)))
                     yield piece
-            outcome = self._outcome(prepared, gate, generation)
+            outcome = self._finish_surface(prepared, gate, generation, self._outcome(prepared, gate, generation))
             record_attempted = True
             await self._record(prepared, gate, generation, outcome)
             yield outcome
@@ -217,10 +238,15 @@ class InferenceService:
             record_attempted = True
             await self._record_failure(prepared, gate, generation, str(exc))
             raise BadRequest(str(exc)) from exc
-        except UpstreamError as exc:        # 502/504: the trail says what failed and what was delivered
+        except EngineDeadError as exc:   # the engine process died under it, or is restarting
             record_attempted = True
-            await self._record_failure(prepared, gate, generation, f"{exc.code}: {exc.message}; "
-                                       f"{len(gate.delivered)} characters had been delivered to the client")
+            await self._record_failure(prepared, gate, generation, f"engine unavailable: {exc}")
+            raise EngineUnavailable(str(exc)) from exc
+        except UpstreamError as exc:     # 502/504: the trail says what failed and what was delivered
+            record_attempted = True
+            delivered = gate.delivered if opening is not None else ""   # a plain response had not been sent
+            await self._record_failure(prepared, gate, generation, f"{exc.code}: {exc.message}; {len(delivered)} "
+                                       "characters had been delivered to the client", delivered=delivered)
             exc.audit_id = prepared.audit_id
             raise
         finally:
@@ -240,21 +266,24 @@ class InferenceService:
     def _stored_text(prepared: Prepared, text: str) -> str:
         return redact_pii(text)[0] if prepared.content_mode == "redacted" else text
 
-    async def _store(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
-        """A store write on the request path, off the event loop; any failure is AuditUnavailable (503)."""
+    async def _store(self, write: Callable[[Connection], None]) -> None:
+        """A store write on the request path, committed with the others ready at the same time (group commit)
+        and off the event loop; returns once committed. Any failure is AuditUnavailable (503)."""
         try:
-            await anyio.to_thread.run_sync(functools.partial(write, *args, **kwargs))
+            await self.committer.write(write)
         except (SQLAlchemyError, OSError) as exc:
             self.metrics.audit_failures.inc()
             raise AuditUnavailable(exc.__class__.__name__) from exc
 
     async def _generate(self, prepared: Prepared, gate: OutputGate, generation: _Generation) -> AsyncIterator[str]:
-        kwargs = {"request_id": prepared.audit_id, "intent": prepared.context.intent,
+        kwargs = {"request_id": prepared.audit_id, "intent": prepared.context.intent, "output_kind": "delta",
                   "cache_salt": prepared.context.principal.tenant}  # tenants never share KV blocks
         outputs = prepared.backend.generate(prepared.prompt, prepared.params, trace=prepared.details, **kwargs)
         async with aclosing(outputs) as outputs:
             async for out in outputs:
                 generation.absorb(out)
+                if prepared.prefilled is not None:
+                    prepared.prefilled.set()
                 # The validators are CPU work: keep them off the event loop that serves other requests.
                 released = await anyio.to_thread.run_sync(gate.feed, out.new_text)
                 if out.finished:
@@ -287,32 +316,67 @@ class InferenceService:
             contradicted=[claim for claim in gate.claims if claim.get("verdict") == "contradicted"],
         )
 
+    def _finish_surface(self, prepared: Prepared, gate: OutputGate, generation: _Generation,
+                        outcome: Outcome) -> Outcome:
+        """Tool calls out of the gated text (the policies decide on each), and the flag for a constrained
+        output that max_tokens ended; both reach the response's `audit` and the record's `details`."""
+        surface = prepared.surface
+        kind = (prepared.params.response_format or {}).get("type")
+        if outcome.status in ("completed", "blocked") and surface.tools is not None and surface.tools.active:
+            content, calls, decisions = surface.finish_tools(
+                outcome.text, audit_id=prepared.audit_id, intent=prepared.context.intent,
+                tenant=prepared.context.principal.tenant, policies=self.tool_policies)
+            outcome.gate_action = apply_tool_decisions(gate, decisions)
+            outcome.annotations += [d.reason for d in decisions if d.action == "annotate"]
+            outcome.text, outcome.tool_calls = content or "", calls or None
+            if any(d.action == "block" for d in decisions):
+                outcome.status = "blocked"   # like a blocked sentence: something the model wrote was withheld
+            if calls:
+                outcome.finish_reason = "tool_calls"
+            elif surface.tool_calls:   # every call was blocked
+                outcome.finish_reason = "content_filter"
+                outcome.text = "I can't make this tool call: " + "; ".join(
+                    f"{d.reason} [{d.rule_id}]" for d in decisions if d.action == "block") + "."
+            outcome.logprobs = None     # they would spell out withheld calls
+        if kind in ("json_object", "json_schema", "structural_tag") and outcome.status in ("completed", "blocked"):
+            if kind == "structural_tag":  # a call cut before its end stays in the content, unparsed
+                parses = surface.tools is None or surface.tools.dialect.call_opening not in outcome.text
+            else:
+                parses = parses_as_json(outcome.text)
+            cut = surface.note_structured(generation.events, generation.finish_reason or "stop", parses=parses)
+            if cut == "length" and outcome.finish_reason != "content_filter":
+                outcome.finish_reason = "length"
+        outcome.audit_extras = surface.audit_extras()
+        return outcome
+
     # -- recording -------------------------------------------------------------------------------
     async def _record(self, prepared: Prepared, gate: OutputGate, generation: _Generation, outcome: Outcome) -> None:
         record = self._build_record(prepared, gate, generation, outcome.status, outcome.gate_action, outcome.text,
                                     outcome.finish_reason, None)
         started = time.perf_counter()
-        await self._store(self._append, record)
+        await self._store(self._append(record))
         self.metrics.audit_write.observe(time.perf_counter() - started)
         self._count(prepared, gate, outcome, generation)
 
     async def _record_failure(self, prepared: Prepared, gate: OutputGate, generation: _Generation, error: str,
-                              *, swallow: bool = False) -> None:
+                              *, swallow: bool = False, delivered: str | None = None) -> None:
         action = strongest([d.action for d in prepared.input_gate.decisions + gate.decisions])
-        record = self._build_record(prepared, gate, generation, "error", action, gate.delivered,
+        record = self._build_record(prepared, gate, generation, "error", action,
+                                    gate.delivered if delivered is None else delivered,
                                     generation.finish_reason or "abort", error)
         try:
-            await self._store(self._append, record)
+            await self._store(self._append(record))
         except AuditUnavailable:
             if not swallow:
                 raise
         self.metrics.requests.labels(prepared.context.endpoint, "error").inc()
 
-    def _append(self, record: NewRecord) -> None:
-        """Chain the record; the segments it now covers go in the same commit."""
-        with self.database.write_connection(timeout_s=self.settings.store_timeout_s) as conn:
+    def _append(self, record: NewRecord) -> Callable[[Connection], None]:
+        """The write that chains the record; the segments it now covers go in the same commit."""
+        def write(conn: Connection) -> None:
             append_in_transaction(conn, record, key=self.database.chain_key)
             release_segments(conn, record.id)
+        return write
 
     def _build_record(self, prepared: Prepared, gate: OutputGate, generation: _Generation, status: str,
                       action: str, delivered: str, finish_reason: str, error: str | None) -> NewRecord:
@@ -341,7 +405,8 @@ class InferenceService:
             gate_decisions=[d.to_dict() for d in prepared.input_gate.decisions + gate.decisions],
             gate_action=action, n_supported=counts["supported"], n_contradicted=counts["contradicted"],
             n_unverifiable=counts["unverifiable"], fer=gate.fer(), finish_reason=finish_reason, error=error,
-            details=prepared.details or None,
+            details={**(prepared.surface.record_details(prepared.content_mode, gate.decisions) or {}),
+                     **prepared.details} or None,
         )
 
     def _count(self, prepared: Prepared, gate: OutputGate, outcome: Outcome, generation: _Generation) -> None:

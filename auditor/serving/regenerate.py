@@ -69,5 +69,6 @@ async def complete_with_regeneration(inference: InferenceService, prepared: Prep
         }
         outcome = await inference.complete(prepared)
         attempts.append(outcome.audit_id)
-    outcome.attempts = attempts
+    if len(attempts) > 1:
+        outcome.audit_extras["attempts"] = attempts
     return outcome

@@ -138,7 +138,7 @@ class Backend(Protocol):
     checkpoint_hash: str | None
     kg_constrained: bool         # can it apply the KG constraint at the logits?
 
-    def render(self, messages: list[dict[str, str]]) -> Any: ...
+    def render(self, messages: list[dict[str, Any]], **template_kwargs: Any) -> Any: ...
 
     def generate(self, prompt: Any, params: SamplingParams, *, request_id: str, trace: dict[str, Any],
                  **kwargs: Any) -> AsyncIterator[RequestOutput]: ...
@@ -162,8 +162,8 @@ class LocalBackend:
     def checkpoint_hash(self) -> str | None:
         return getattr(self.engine, "checkpoint_hash", None)
 
-    def render(self, messages: list[dict[str, str]]) -> Any:
-        return self.engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    def render(self, messages: list[dict[str, Any]], **template_kwargs: Any) -> Any:
+        return self.engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True, **template_kwargs)
 
     def generate(self, prompt: Any, params: SamplingParams, *, request_id: str, trace: dict[str, Any],
                  **kwargs: Any) -> AsyncIterator[RequestOutput]:

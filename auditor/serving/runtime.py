@@ -3,27 +3,37 @@ the domain KGs (for entity linking) and the rule-pack validators (the output gat
 
 from __future__ import annotations
 
+import functools
+import gc
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from auditor.gate.gate import GateDecision, Verification
 from auditor.serving.knowledge import KgConstraint
+from auditor.settings import Settings
 from engine.async_engine import AsyncLLMEngine
-from engine.loader import generation_eos_ids, load_model_config
+from engine.config import EngineConfig
+from engine.core_client import EngineCoreClient
+from engine.llm_engine import LLMEngine, load_tokenizer
+from engine.loader import load_model_config
+from engine.memory import malloc_trim
 from engine.processors.json_mode import JsonModeProcessor
-from engine.tokenizer import Tokenizer
+from engine.processors.logit_bias import LogitBiasProcessor
 from knowledge_graphs import KnowledgeGraph, load_kg
 from knowledge_graphs.decoding.constraint import DOMAIN_DEFAULTS, KGConstraintProcessor, allowed_entities
+from knowledge_graphs.decoding.constraint_masks import CacheLimits
 from knowledge_graphs.linking import get_linker
+from knowledge_graphs.registry import build_kg
 from rules import EmptyTextError, Report, load_pack
 from rules import verify as rules_verify
 
 logger = logging.getLogger("auditor")
 
 
-class EngineUnavailable(RuntimeError):
+class EngineLoadError(RuntimeError):
     """The inference engine could not be loaded (no model at the configured path, unreadable checkpoint)."""
 
 
@@ -31,19 +41,75 @@ def load_kgs(domains: Iterable[str]) -> dict[str, KnowledgeGraph]:
     return {domain: load_kg(domain) for domain in domains}
 
 
-def load_engine(path: Path, kgs: Mapping[str, KnowledgeGraph]) -> AsyncLLMEngine:
-    """The async engine for a checkpoint folder, with JSON mode and one KG-constraint processor for all domains."""
+def engine_options(settings: Settings) -> dict[str, Any]:
+    """build_engine's keyword arguments from the settings: cache limits, the index cache, threads."""
+    return {"limits": CacheLimits(views=settings.kg_constraint_views,
+                                  masks_per_view=settings.kg_constraint_masks_per_view,
+                                  shared_per_domain=settings.kg_constraint_shared_per_domain),
+            "index_cache_dir": settings.index_cache_dir, "config": EngineConfig(num_threads=settings.engine_threads)}
+
+
+@dataclass(frozen=True, slots=True)
+class KgStoreFollow:
+    """Where an engine core in its own process follows the store's KG versions (imports, rollbacks), so that its
+    KG-constraint processor gets them without a restart, as the API process's linking and validators do."""
+
+    database_url: str
+    refresh_s: float
+
+
+def core_kg_store(settings: Settings) -> KgStoreFollow:
+    return KgStoreFollow(settings.database_url, settings.kg_refresh_s or 5.0)
+
+
+def build_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], *,
+                 limits: CacheLimits | None = None, index_cache_dir: Path | None = None,
+                 config: EngineConfig | None = None, kg_store: KgStoreFollow | None = None) -> LLMEngine:
+    """The engine for a checkpoint folder, with JSON mode and one KG-constraint processor for all domains.
+
+    Module-level and picklable with its arguments: it is what the engine-core process runs to build its
+    engine. `kgs` may be domain names, loaded here (in that process) rather than sent across. With `kg_store`
+    (an engine core in its own process) the constraint follows the store's KG versions from here."""
     if not path.is_dir():
-        raise EngineUnavailable(f"no model at {path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
+        raise EngineLoadError(f"no model at {path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
+    if not isinstance(kgs, Mapping):   # built, not taken from load_kg's cache: freed once compiled
+        kgs = {domain: build_kg(domain) for domain in kgs}
     model_config = load_model_config(path)
-    eos_ids = list(dict.fromkeys(generation_eos_ids(path) + model_config.eos_token_ids))
-    tokenizer = Tokenizer.from_dir(path, eos_ids)
+    tokenizer = load_tokenizer(path, model_config)
     processors = [
         JsonModeProcessor(tokenizer.backend, vocab_size=model_config.vocab_size, eos_token_ids=tokenizer.eos_token_ids),
         KGConstraintProcessor(tokenizer, vocab_size=model_config.vocab_size, eos_token_ids=tokenizer.eos_token_ids,
-                              kgs=dict(kgs)),
+                              kgs=dict(kgs), limits=limits, index_cache_dir=index_cache_dir),
+        LogitBiasProcessor(model_config.vocab_size),
     ]
-    return AsyncLLMEngine.from_pretrained(path, logits_processors=processors)
+    domains = list(kgs)
+    del kgs
+    if kg_store is not None:
+        _follow_kg_versions_in_core(kg_store, domains, processors[1])
+    engine = LLMEngine.from_pretrained(path, config, logits_processors=processors)
+    gc.collect()
+    malloc_trim()   # what building the KGs and compiling left behind
+    return engine
+
+
+def load_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], *, process: bool = False,
+                address: str | None = None, limits: CacheLimits | None = None, index_cache_dir: Path | None = None,
+                config: EngineConfig | None = None,
+                kg_store: KgStoreFollow | None = None) -> AsyncLLMEngine | EngineCoreClient:
+    """The async engine: in this process (`process=False`); an engine core in its own process, launched now
+    and ready once `await engine.start()` returns (meanwhile the caller may load other things); or, with
+    `address`, a client of a core that runs on its own there (`auditor engine-core`)."""
+    if not path.is_dir():
+        raise EngineLoadError(f"no model at {path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
+    if address is not None:
+        return EngineCoreClient.connect(address, load_tokenizer(path))
+    build = functools.partial(build_engine, path, kgs, limits=limits, index_cache_dir=index_cache_dir, config=config)
+    if not process:   # in this process: the API's own KG follower reaches the processor (`kg_listeners`)
+        return AsyncLLMEngine(build())
+    build = functools.partial(build, kg_store=kg_store)
+    client = EngineCoreClient(build, load_tokenizer(path))
+    client.launch()
+    return client
 
 
 class KgKnowledge:
@@ -138,11 +204,11 @@ _WARM_TEXTS = {"legal": "See Brown v. Board of Education, 347 U.S. 483 (1954).",
 
 def kg_listeners(engine: Any, verifier: Any, knowledge: Any) -> list[Callable[[KnowledgeGraph], None]]:
     """What a new KG version must reach in this process, in order: its indexes built (linker, validators),
-    the decoding constraint's masks, then linking and the output gate. The KG-constraint processor is
-    reachable only when the engine runs in this process; otherwise the constraint keeps the KG it started
-    with, and says so in the log."""
+    the decoding constraint's masks when the engine runs in this process, then linking and the output gate.
+    An engine core in its own process follows the store itself (`KgStoreFollow`)."""
     processors = [p for p in getattr(getattr(engine, "engine", None), "processors", [])
                   if isinstance(p, KGConstraintProcessor)]
+
     def warm(kg: KnowledgeGraph) -> None:
         defaults = DOMAIN_DEFAULTS.get(kg.domain)
         get_linker(kg, defaults.types if defaults else None)
@@ -150,9 +216,6 @@ def kg_listeners(engine: Any, verifier: Any, knowledge: Any) -> list[Callable[[K
             rules_verify(_WARM_TEXTS[kg.domain], kg.domain, kg=kg)
 
     def constrain(kg: KnowledgeGraph) -> None:
-        if engine is not None and not processors:
-            logger.warning("the engine's KG-constraint processor is not reachable from this process: KG %s "
-                           "reaches linking and the validators, not the decoding constraint, until a restart", kg.version)
         for processor in processors:
             processor.register(kg, domain=kg.domain)
 
@@ -163,3 +226,19 @@ def kg_listeners(engine: Any, verifier: Any, knowledge: Any) -> list[Callable[[K
                 use(kg)
 
     return [warm, constrain, serve]
+
+
+def _follow_kg_versions_in_core(store: KgStoreFollow, domains: list[str], processor: KGConstraintProcessor) -> None:
+    """In an engine core's own process: register each new KG version with the constraint processor. Until it
+    has, requests linked under the newer version carry entity ids it does not hold; it drops those
+    (`kg_version` differs) instead of refusing the request."""
+    from auditor.kg.live import LiveKnowledgeGraphs
+    from auditor.store.database import Database
+
+    live = LiveKnowledgeGraphs(Database(store.database_url), domains, refresh_s=store.refresh_s,
+                               listeners=[lambda kg: processor.register(kg, domain=kg.domain)])
+    try:
+        live.refresh()
+    except Exception:   # the store may not be migrated yet: the follower retries
+        logger.exception("engine core: could not read the KG versions in the store yet")
+    live.start()

@@ -84,8 +84,9 @@ class UpstreamBackend:
             self._client = None
 
     # -- the backend protocol ----------------------------------------------------------------------------
-    def render(self, messages: list[dict[str, str]]) -> list[dict[str, str]]:
-        """The upstream applies its own chat template: the messages go as they are."""
+    def render(self, messages: list[dict[str, Any]], **_template_kwargs: Any) -> list[dict[str, Any]]:
+        """The upstream applies its own chat template: the messages go as they are (tools are refused before
+        this for upstream models, so there are no template arguments to carry)."""
         return messages
 
     def record_details(self) -> dict[str, Any]:
@@ -94,7 +95,8 @@ class UpstreamBackend:
 
     async def generate(self, prompt: str | list[dict[str, str]], params: SamplingParams, *, request_id: str,
                        trace: dict[str, Any], **_engine_kwargs: Any) -> AsyncIterator[RequestOutput]:
-        """Cumulative outputs, like the engine's; `trace` gets the upstream's response id and timings."""
+        """Outputs like the engine's (`text` cumulative, `new_text` and `logprobs` the delta); `trace` gets the
+        upstream's response id and timings."""
         chat = isinstance(prompt, list)
         payload = request_payload(prompt, params, model=self.config.model, stream=self.config.stream)
         started = time.perf_counter()
@@ -191,6 +193,7 @@ class _Reply:
         self.response_id: str | None = None
         self.stats = RequestStats(arrival_time=time.time())
         self.logprobs: list[TokenLogprob] = []
+        self._logprobs_sent = 0
         self._started = time.perf_counter()
 
     async def read_events(self, response: httpx.Response, deadline: float) -> AsyncIterator[RequestOutput]:
@@ -262,10 +265,11 @@ class _Reply:
         if finished:
             self.stats.e2e_request_latency_seconds = time.perf_counter() - self._started
             self.stats.num_generated_tokens = self.stats.num_generated_tokens or len(self.logprobs)
+        new_logprobs, self._logprobs_sent = self.logprobs[self._logprobs_sent:], len(self.logprobs)
         return RequestOutput(
             request_id=self.request_id, prompt_token_ids=[], token_ids=[], text=self.text, new_token_ids=[],
             new_text=delta, finished=finished, finish_reason=(self.finish_reason or "stop") if finished else None,
-            logprobs=list(self.logprobs) or None, stats=self.stats,
+            logprobs=new_logprobs or None, stats=self.stats,
         )
 
 
@@ -288,6 +292,8 @@ def request_payload(prompt: str | list[dict[str, str]], params: SamplingParams, 
         payload["stop"] = list(params.stop)
     if params.response_format is not None:
         payload["response_format"] = params.response_format
+    if params.extra_args.get("logit_bias"):   # token ids of the upstream's own tokenizer, as the client meant
+        payload["logit_bias"] = {str(token): bias for token, bias in params.extra_args["logit_bias"].items()}
     if params.logprobs is not None:
         if isinstance(prompt, list):
             payload["logprobs"], payload["top_logprobs"] = True, params.logprobs

@@ -108,3 +108,15 @@ def test_default_hmac_key_refused_outside_development(monkeypatch: pytest.Monkey
     finally:
         get_settings.cache_clear()
     assert "AUDITOR_HMAC_KEY must be set" in capsys.readouterr().err
+
+
+def test_engine_core_needs_an_address_and_a_model(cli_env: Database, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["engine-core"]) == 2
+    assert "AUDITOR_ENGINE_ADDRESS" in capsys.readouterr().err
+    monkeypatch.setenv("AUDITOR_MODEL_PATH", str(tmp_path / "no-model"))
+    get_settings.cache_clear()
+    assert main(["engine-core", "--address", f"ipc://{tmp_path}/core"]) == 2
+    err = capsys.readouterr().err
+    assert "no model at" in err and "Traceback" not in err

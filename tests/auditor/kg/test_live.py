@@ -148,8 +148,8 @@ def test_the_decoding_constraint_sees_an_import(tiny_checkpoint: Path, sqlite_ur
         database.dispose()
         assert client.post("/v1/kg/reload").json()["changed"] == ["medical"]
         processor = next(p for p in engine.engine.processors if p.name == "kg_constraint")
-        assert processor.domains["medical"].kg.version == result.version.version_hash
-        assert processor.domains["medical"].kg.entity("drug:formulary:zorbitrexal") is not None
+        assert processor.domains["medical"].kg_version == result.version.version_hash
+        assert "drug:formulary:zorbitrexal" in processor.domains["medical"].known_entity_ids
         row = ask_medical()
         assert anchors(row) == ["drug:formulary:zorbitrexal"]
         assert row["sampling_params"]["kg_constraint"]["allowed_count"] >= 1
@@ -163,3 +163,64 @@ def _eventually(check, timeout_s: float = 15.0) -> bool:
             return True
         time.sleep(0.2)
     return False
+
+
+def test_an_engine_core_in_its_own_process_follows_the_store(tiny_checkpoint: Path, sqlite_url: str) -> None:
+    """With the engine in its own process (the default), its KG-constraint processor follows the store itself:
+    an imported case id it refuses before the import (strict: same version) is accepted once it has followed."""
+    import asyncio
+    import uuid
+
+    from engine.sampling_params import InvalidRequestError, SamplingParams
+
+    database = Database(sqlite_url)
+    database.upgrade()
+    engine = runtime.load_engine(tiny_checkpoint, ["legal"], process=True, index_cache_dir=None,
+                                 kg_store=runtime.KgStoreFollow(sqlite_url, 0.2))
+
+    async def probe() -> bool:
+        params = SamplingParams(max_tokens=2, extra_args={"kg_constraint": {
+            "domain": "legal", "allowed_entity_ids": ["case:scdb-2000-077"]}})
+        try:
+            async for _ in engine.generate("Kyllo", params, request_id=str(uuid.uuid4()), output_kind="delta"):
+                pass
+        except InvalidRequestError as exc:
+            assert "case:scdb-2000-077" in str(exc)
+            return False
+        return True
+
+    async def scenario() -> None:
+        await engine.start()
+        try:
+            assert await probe() is False                     # the packaged legal KG has no such case
+            versions.import_file(database, packaged_kg("legal"), fmt="cases", path=FIXTURES / "scdb_cases.csv",
+                                 imported_by="key:k1 (acme)")
+            deadline = time.monotonic() + 120
+            while not await probe():
+                assert time.monotonic() < deadline, "the engine core never followed the import"
+                await asyncio.sleep(0.3)
+        finally:
+            await engine.shutdown()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        database.dispose()
+
+
+def test_a_request_linked_under_a_newer_version_loses_only_the_ids_the_processor_lacks() -> None:
+    """Between an import and the moment a separate engine core has compiled it, the API links under the new
+    version: unknown ids are dropped (neither allowed nor forbidden there), not a 400."""
+    from knowledge_graphs.decoding.constraint import KGConstraintError
+    from tests.auditor.real_engine import tiny_medical_kg
+    from tests.knowledge_graphs.decoding.test_constraint import _processor, byte_level_bpe
+
+    kg = tiny_medical_kg()
+    processor = _processor(byte_level_bpe(), kg)
+    from engine.sampling_params import SamplingParams
+
+    newer = {"domain": "medical", "allowed_entity_ids": ["drug:DB00331", "drug:formulary:new"], "kg_version": "f" * 16}
+    assert processor._parse(SamplingParams(extra_args={"kg_constraint": newer}))[1] == ["drug:DB00331"]
+    same = {**newer, "kg_version": kg.version}
+    with pytest.raises(KGConstraintError, match="drug:formulary:new"):
+        processor._parse(SamplingParams(extra_args={"kg_constraint": same}))

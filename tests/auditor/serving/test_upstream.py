@@ -158,21 +158,22 @@ def test_the_upstream_key_is_sent_but_never_stored(service, upstream: ServeProce
 
 
 def test_streams_are_gated_sentence_by_sentence(service, long_upstream: ServeProcess) -> None:
-    # the long model's answer begins with a contraindication sentence, then goes on sentence after sentence
-    verifier = ScriptedVerifier({"contraindicated": ("contradicted", "block")})
+    # the long model writes sentence after sentence: the first one judged is blocked, the others released
+    verifier = BlockFirstAnswer()
     client = service({"up": upstream_entry(long_upstream)}, verifier=verifier)
     with client.stream("POST", "/v1/chat/completions", headers={"X-Domain": "medical"},
-                       json={"model": "up", "messages": QUESTION, "max_tokens": 90, "temperature": 0,
+                       json={"model": "up", "messages": QUESTION, "max_tokens": 120, "temperature": 0,
                              "stream": True}) as response:
         body = response.read().decode()
     lines = events(body)
     assert response.status_code == 200 and lines[-1] == "[DONE]"
     text = delivered(lines)
-    assert "contraindicated" not in text and text.strip()            # the blocked sentence never left
-    assert len(verifier.seen) >= 2                                    # each sentence was judged on its own
+    blocked = verifier.seen[0]
+    assert len(verifier.seen) >= 2 and text.strip()                  # each sentence was judged on its own
+    assert blocked not in text                                        # the blocked sentence never left
     row = record(client, response.headers["X-Audit-Id"])
     assert row["gate_action"] == "block" and row["delivered_output"] == text
-    assert "contraindicated" in row["output"]                         # the upstream's words, kept for the audit
+    assert blocked in row["output"]                                   # the upstream's words, kept for the audit
 
 
 # -- regenerate on block -----------------------------------------------------------------------------------
@@ -365,7 +366,8 @@ def test_an_api_replica_without_a_local_engine_serves_only_its_upstreams(upstrea
     settings = make_settings(app_database_url, local_engine=False, domains=[],
                              models={"up": upstream_entry(upstream)})
     with TestClient(create_app(settings)) as client:
-        assert [m["id"] for m in client.get("/v1/models").json()["data"]] == ["up"]
+        ids = [m["id"] for m in client.get("/v1/models").json()["data"]]
+        assert "up" in ids and "auditor" not in ids and not any(i.startswith("auditor-") for i in ids)
         assert client.post("/v1/chat/completions", json={"model": "up", "messages": QUESTION,
                                                          "max_tokens": 8}).status_code == 200
         assert client.post("/v1/chat/completions", json={"model": "auditor", "messages": QUESTION}).status_code == 404

@@ -29,6 +29,7 @@ from auditor.api import (
     holds,
     imports,
     keys,
+    kg,
     models,
     reaudits,
     reviews,
@@ -52,11 +53,14 @@ from auditor.jobs.domains import install_detector
 from auditor.jobs.inprocess import EmbeddedWorker
 from auditor.jobs.settings import WorkerSettings
 from auditor.jobs.task_queue import TaskQueue, celery_queue
+from auditor.kg.live import LiveKnowledgeGraphs
 from auditor.packs.source import StorePacks, store_packs
 from auditor.serving.embeddings import EmbeddingService
 from auditor.serving.inference import AuditUnavailable, BadRequest, EngineUnavailable, InferenceService
 from auditor.serving.knowledge import Knowledge, NoKnowledge
 from auditor.serving.metrics import ServiceMetrics
+from auditor.serving.registry import ModelRegistry, build_registry, read_entries
+from auditor.serving.upstream import UpstreamError
 from auditor.settings import Settings, get_settings
 from auditor.store.database import Database
 from auditor.trail.metrics import CurrentVerdictCollector
@@ -73,11 +77,13 @@ def _load_runtime(settings: Settings, packs: StorePacks) -> tuple[Any, Verifier,
 
     options = runtime.engine_options(settings)
     path = settings.resolved_model_path()
-    if settings.engine_address or settings.engine_process:
+    if not settings.local_engine:       # an API replica that only forwards to upstream models
+        engine, kgs = None, runtime.load_kgs(settings.domains)
+    elif settings.engine_address or settings.engine_process:
         # Launched (or joined) first: the core process loads the model and its constraint while this one
         # loads the KGs for linking and the validators.
         engine = runtime.load_engine(path, list(settings.domains), process=True, address=settings.engine_address,
-                                     **options)
+                                     kg_store=runtime.core_kg_store(settings), **options)
         kgs = runtime.load_kgs(settings.domains)
     else:
         kgs = runtime.load_kgs(settings.domains)
@@ -112,6 +118,30 @@ async def _trim_memory_periodically(interval_s: float) -> None:
     while True:
         await anyio.sleep(interval_s)
         await anyio.to_thread.run_sync(malloc_trim)
+
+
+async def _open_model_registry(settings: Settings, engine: Any, stack: AsyncExitStack) -> ModelRegistry:
+    """Routes for the local engine and the configured upstreams, whose pooled clients close with the app."""
+    entries = read_entries(settings.models_file, settings.models)
+    models = build_registry(engine=engine, entries=entries, domains=settings.domains)
+    for upstream in models.upstreams():
+        await upstream.start()
+        stack.push_async_callback(upstream.aclose)
+    return models
+
+
+def _follow_kg_versions(settings: Settings, database: Database, engine: Any, verifier: Any,
+                       knowledge: Any) -> LiveKnowledgeGraphs:
+    """Serve the store's current KG versions (imports, rollbacks) from start-up on, and follow them."""
+    from auditor.serving.runtime import kg_listeners
+    from knowledge_graphs import packaged_kg
+
+    started_with = dict(getattr(knowledge, "kgs", None) or {})   # overlays go on the KGs this process loaded
+    live = LiveKnowledgeGraphs(database, settings.domains, refresh_s=settings.kg_refresh_s,
+                               listeners=kg_listeners(engine, verifier, knowledge),
+                               packaged=lambda domain: started_with.get(domain) or packaged_kg(domain))
+    live.refresh()
+    return live.start()
 
 
 async def _shutdown_engine(engine: Any) -> None:
@@ -158,10 +188,15 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                 await loaded_engine.start()
             if loaded_detector is not None:   # the embedded worker scores with the same detector
                 install_detector(loaded_detector)
-            metrics.watch_engine(loaded_engine.stats)
+            if loaded_engine is not None:
+                metrics.watch_engine(loaded_engine.stats)
             verdict_gauges = CurrentVerdictCollector(database)
             metrics.registry.register(verdict_gauges)
             stack.callback(metrics.registry.unregister, verdict_gauges)
+            models = await _open_model_registry(settings, loaded_engine, stack)
+            live_kgs = await anyio.to_thread.run_sync(_follow_kg_versions, settings, database, loaded_engine,
+                                                      loaded_verifier, loaded_knowledge)
+            stack.callback(live_kgs.stop)
             inference = InferenceService(engine=loaded_engine, database=database, settings=settings, metrics=metrics,
                                          verifier=loaded_verifier or NoClaimVerifier(),
                                          knowledge=loaded_knowledge or NoKnowledge(), detector=loaded_detector)
@@ -176,7 +211,8 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                                                     registry=metrics.registry)
                 stack.callback(server.shutdown)
             auth = AuthGuard(environment=settings.environment, bind_host=settings.host)
-            services = Services(settings, database, loaded_engine, inference, metrics, task_queue, auth, packs)
+            services = Services(settings, database, loaded_engine, inference, metrics, task_queue, auth, packs,
+                                models=models, kg=live_kgs)
             services.embeddings = EmbeddingService(database=database, settings=settings, metrics=metrics)
             app.state.services = services
             await anyio.to_thread.run_sync(_warn_about_authentication, database, auth, settings.host)
@@ -210,12 +246,17 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
         logger.exception("unhandled error", exc_info=exc)
         return error_response(500, "internal error; the request was recorded if it reached the model", "internal_error")
 
+    @app.exception_handler(UpstreamError)
+    async def _upstream_failed(_request: Request, exc: UpstreamError) -> JSONResponse:
+        headers = {**exc.headers, **({"X-Audit-Id": exc.audit_id} if exc.audit_id else {})}
+        return error_response(exc.status_code, exc.message, exc.code, headers=headers or None)
+
     @app.exception_handler(BadRequest)
     async def _bad_request(_request: Request, exc: BadRequest) -> JSONResponse:
         return error_response(400, str(exc), exc.code, exc.param)
 
     for router in (chat.router, completions.router, embeddings.router, models.router, audits.router, reaudits.router,
                    health.router, reviews.router, holds.router, keys.router, access_log.router, trends.router,
-                   rules.router, alerts.router, imports.router):
+                   rules.router, alerts.router, imports.router, kg.router):
         app.include_router(router)
     return app

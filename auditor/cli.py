@@ -9,7 +9,7 @@ import sys
 
 # Module names under auditor.commands, in the order `auditor --help` lists them.
 COMMANDS = ("demo", "serve", "engine_core", "verify", "db", "audit", "audits", "holds", "review", "access_log", "trends",
-            "alerts", "rules", "keys", "tenants", "worker", "reaudit", "import_outputs")
+            "alerts", "rules", "keys", "tenants", "worker", "reaudit", "import_outputs", "kg")
 
 
 class CliError(Exception):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -37,6 +37,12 @@ class Settings(BaseSettings):
     kv_cache_strategy: Literal["static", "tiered"] = "static"
     kv_cache_cold_dir: Path = Path("var/kv_cache")
     kv_cache_cold_bytes: int = Field(default=256 * 2**20, ge=1)
+    local_engine: bool = True            # False: an API replica that only forwards to upstream models
+    # The model registry (see auditor.serving.registry): a YAML file and/or inline JSON, id -> entry.
+    models_file: Path | None = None
+    models: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # How often a process checks the store for a new KG version (imports, rollbacks); 0: only on reload.
+    kg_refresh_s: float = Field(default=5.0, ge=0, le=3600)
     hmac_key: SecretStr = SecretStr(DEVELOPMENT_HMAC_KEY)
     host: str = "127.0.0.1"
     port: int = 8000

@@ -2,9 +2,17 @@
 
 from knowledge_graphs.curated import CuratedDataError
 from knowledge_graphs.model import Entity, Fact, KnowledgeGraph, Provenance, normalise_alias
-from knowledge_graphs.registry import DOMAINS, UnknownDomainError, build_kg, clear_cache, load_kg
+from knowledge_graphs.registry import (
+    DOMAINS,
+    UnknownDomainError,
+    activate,
+    build_kg,
+    clear_cache,
+    load_kg,
+    packaged_kg,
+)
 
 __all__ = [
     "DOMAINS", "CuratedDataError", "Entity", "Fact", "KnowledgeGraph", "Provenance", "UnknownDomainError",
-    "build_kg", "clear_cache", "load_kg", "normalise_alias",
+    "activate", "build_kg", "clear_cache", "load_kg", "normalise_alias", "packaged_kg",
 ]

@@ -178,7 +178,7 @@ class _KGRef:
     kg: KnowledgeGraph = field(compare=False, hash=False)
 
 
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=8)   # each KG version is a new key; an entry holds its KG and automaton
 def _cached_linker(
     kg_version: str, types: frozenset[str] | None, fallback: bool, min_chars: int, kg_ref: _KGRef,
 ) -> EntityLinker:

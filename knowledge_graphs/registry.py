@@ -1,4 +1,5 @@
-"""`load_kg(domain)`: build a domain's knowledge graph once per process and hand out the cached graph."""
+"""`load_kg(domain)`: the domain's knowledge graph this process serves: the packaged graph, built once per
+process, or the version `activate` made current (the packaged graph plus imported overlays)."""
 
 from __future__ import annotations
 
@@ -32,11 +33,34 @@ def build_kg(domain: str, data_dir: Path = DATA_DIR) -> KnowledgeGraph:
 
 
 @cache
-def load_kg(domain: str) -> KnowledgeGraph:
-    """The shared, cached KG for `domain` ("finance", "medical", "legal"). Treat it as read-only."""
+def packaged_kg(domain: str) -> KnowledgeGraph:
+    """The KG `domain` ships with (packages + curated files), built once per process. Treat it as read-only."""
     return build_kg(domain)
 
 
+# Per domain, the KG version this process serves when it is not the packaged one (an import's overlays on
+# it, see knowledge_graphs.imports); set by whoever follows the store's versions (auditor/kg/live.py).
+_active: dict[str, KnowledgeGraph] = {}
+
+
+def activate(kg: KnowledgeGraph) -> None:
+    """From now on `load_kg(kg.domain)` answers `kg` in this process (validators, linking, scoring)."""
+    _active[kg.domain] = kg
+
+
+def deactivate(domain: str) -> None:
+    """Back to the packaged KG for `domain` in this process."""
+    _active.pop(domain, None)
+
+
+def load_kg(domain: str) -> KnowledgeGraph:
+    """The KG for `domain` ("finance", "medical", "legal") this process serves: the active version, else the
+    packaged one. Treat it as read-only."""
+    active = _active.get(domain)
+    return active if active is not None else packaged_kg(domain)
+
+
 def clear_cache() -> None:
-    """Forget cached graphs (tests, or after the data files changed on disk)."""
-    load_kg.cache_clear()
+    """Forget cached and activated graphs (tests, or after the data files changed on disk)."""
+    packaged_kg.cache_clear()
+    _active.clear()

@@ -13,10 +13,12 @@ from fastapi import Depends, Request
 from auditor.api.errors import ApiError
 from auditor.auth.principal import AuthenticationError, AuthGuard, Principal, RoleNotAllowed, require_role
 from auditor.jobs.task_queue import TaskQueue
+from auditor.kg.live import LiveKnowledgeGraphs
 from auditor.packs.source import StorePacks
 from auditor.serving.embeddings import EmbeddingService
 from auditor.serving.inference import InferenceService
 from auditor.serving.metrics import ServiceMetrics
+from auditor.serving.registry import ModelRegistry
 from auditor.settings import Settings
 from auditor.store.database import Database
 from auditor.trail.access_log import log_denied
@@ -34,6 +36,8 @@ class Services:
     packs: StorePacks | None = None
     ready: bool = False
     embeddings: EmbeddingService | None = None
+    models: ModelRegistry | None = None     # served model ids -> the local engine or an upstream
+    kg: LiveKnowledgeGraphs | None = None   # the KG versions this process serves, following the store
 
 
 def get_services(request: Request) -> Services:

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from auditor.api.deps import ClientDep, ServicesDep
 from auditor.api.errors import ApiError
-from auditor.api.openai_format import request_context
+from auditor.api.openai_format import header_domain, request_context
 from auditor.api.schemas import EmbeddingRequest
 from auditor.serving.embeddings import EMBEDDING_MODEL_ID
 
@@ -26,8 +26,8 @@ async def create_embeddings(body: EmbeddingRequest, request: Request, services: 
         texts = body.inputs()
     except ValueError as exc:
         raise ApiError(400, str(exc), code="invalid_parameter", param="input") from exc
-    context = request_context(request, client, "embeddings", services.engine.model_id,
-                              engine_model_id=services.engine.model_id, settings=services.settings)
+    context = request_context(request, client, "embeddings",
+                              domain=header_domain(request.headers.get("x-domain"), services.settings))
     result = await services.embeddings.embed(context, texts, encoding_format=body.encoding_format,
                                              dimensions=body.dimensions, user=body.user)
     data = [{"object": "embedding", "index": i, "embedding": vector} for i, vector in enumerate(result.vectors)]

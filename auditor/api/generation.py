@@ -2,7 +2,8 @@
 
 Chat and legacy completions differ only in how the input reaches the engine (messages or a prompt)
 and in their wire shapes, which the routes pass in. With n > 1 each choice is its own audited request
-(`auditor.serving.choices`)."""
+(`auditor.serving.choices`). The model registry picks the backend (the local engine or an upstream) and the
+domain the model id implies."""
 
 from __future__ import annotations
 
@@ -14,12 +15,21 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from auditor.api.deps import Services
-from auditor.api.openai_format import ChunkFactory, now, request_context, request_surface, sampling_params
+from auditor.api.errors import ApiError
+from auditor.api.openai_format import (
+    ChunkFactory,
+    now,
+    request_context,
+    request_surface,
+    resolve_model,
+    sampling_params,
+)
 from auditor.api.schemas import ChatCompletionRequest, CompletionRequest
 from auditor.api.streaming import event_stream, start_stream
 from auditor.auth.principal import Principal
 from auditor.serving.choices import fork_choices, run_choices
-from auditor.serving.inference import Outcome
+from auditor.serving.inference import Outcome, Prepared
+from auditor.serving.regenerate import complete_with_regeneration, with_correction
 
 # (audit id, model, created) -> the route's chunk factory; (outcomes, model, created, echo) -> the response body
 ChunkMaker = Callable[[str, str, int], ChunkFactory]
@@ -29,12 +39,21 @@ BodyMaker = Callable[[list[Outcome], str, int, str], dict[str, Any]]
 async def respond(services: Services, request: Request, principal: Principal, *, endpoint: str,
                   body: ChatCompletionRequest | CompletionRequest, inputs: dict[str, Any],
                   make_chunk: ChunkMaker, make_body: BodyMaker) -> JSONResponse | StreamingResponse:
-    context = request_context(request, principal, endpoint, body.model, engine_model_id=services.engine.model_id,
-                              settings=services.settings)
-    surface = request_surface(body, chat_template=getattr(services.engine.tokenizer, "chat_template", None))
-    prepared = await run_in_threadpool(  # PII scan + KG linking: CPU work
-        services.inference.prepare, context, params=sampling_params(body, services.settings, surface),
-        surface=surface, **inputs)
+    assert services.models is not None
+    route, domain = resolve_model(services.models, body.model, request.headers.get("x-domain"))
+    context = request_context(request, principal, endpoint, domain=domain)
+    if route.is_upstream and getattr(body, "tools", None):
+        raise ApiError(400, f"tools: {body.model!r} is an upstream model, and tool calls are not forwarded to "
+                       "upstreams yet", code="unsupported_parameter", param="tools")
+    chat_template = getattr(getattr(services.engine, "tokenizer", None), "chat_template", None)
+    surface = request_surface(body, chat_template=chat_template if not route.is_upstream else None)
+
+    async def prepare(request_inputs: dict[str, Any]) -> Prepared:
+        return await run_in_threadpool(  # PII scan + KG linking: CPU work
+            services.inference.prepare, context, params=sampling_params(body, services.settings, surface),
+            surface=surface, route=route, **request_inputs)
+
+    prepared = await prepare(inputs)
     choices = fork_choices(prepared, body.n)
     headers = {"X-Audit-Id": prepared.audit_id, "X-Request-Id": context.request_id}
     if body.n > 1:
@@ -42,10 +61,20 @@ async def respond(services: Services, request: Request, principal: Principal, *,
     created = now()
     echo = body.prompt if isinstance(body, CompletionRequest) and body.echo else ""
     if body.stream:
+        if route.regenerate_on_block:
+            for choice in choices:
+                choice.details["regeneration"] = {"applied": False, "reason": "streamed sentences cannot be taken back"}
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         streams = await run_choices(choices, lambda choice: start_stream(services.inference, choice))
         chunks = event_stream(streams, make_chunk(prepared.audit_id, body.model, created), include_usage=include_usage,
                               echo=echo)
         return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
-    outcomes = await run_choices(choices, services.inference.complete)
+    if route.regenerate_on_block and body.n == 1:
+        outcome = await complete_with_regeneration(
+            services.inference, prepared, retries=route.regenerate_on_block,
+            reprepare=lambda correction: prepare(with_correction(inputs, correction)))
+        headers["X-Audit-Id"] = outcome.audit_id
+        outcomes = [outcome]
+    else:
+        outcomes = await run_choices(choices, services.inference.complete)
     return JSONResponse(make_body(outcomes, body.model, created, echo), headers=headers)

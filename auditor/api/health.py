@@ -35,7 +35,8 @@ def ready(services: ServicesDep) -> JSONResponse:
         store = f"unavailable ({exc.__class__.__name__})"
     engine = "ok" if getattr(services.engine, "available", True) else "restarting"
     ok = services.ready and store == "ok" and engine == "ok"
-    return JSONResponse({"ready": ok, "audit_store": store, "engine": engine, "model": services.engine.model_id},
+    model = services.engine.model_id if services.engine is not None else None
+    return JSONResponse({"ready": ok, "audit_store": store, "engine": engine, "model": model},
                         status_code=200 if ok else 503)
 
 

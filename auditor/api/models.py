@@ -1,5 +1,5 @@
-"""GET /v1/models: the engine's model, `auditor` (an alias of it, no domain), one `auditor-<domain>` per domain,
-and the embedding model."""
+"""GET /v1/models: every id of the model registry (the engine's model and its `auditor-<domain>` aliases, the
+upstream models) and the embedding model."""
 
 from __future__ import annotations
 
@@ -15,6 +15,6 @@ router = APIRouter(tags=["inference"])
 
 @router.get("/v1/models")
 def list_models(services: ServicesDep, _caller: CallerDep) -> dict[str, Any]:
-    ids = [services.engine.model_id, "auditor", *(f"auditor-{domain}" for domain in services.settings.domains),
-           EMBEDDING_MODEL_ID]
+    assert services.models is not None
+    ids = [*services.models.ids(), EMBEDDING_MODEL_ID]
     return {"object": "list", "data": [{"id": i, "object": "model", "created": 0, "owned_by": "auditor"} for i in ids]}

@@ -16,6 +16,7 @@ from auditor.api.errors import ApiError
 from auditor.api.schemas import ChatCompletionRequest, CompletionRequest
 from auditor.auth.principal import Principal
 from auditor.serving.inference import Outcome, RequestContext
+from auditor.serving.registry import DomainConflict, ModelRegistry, ModelRoute, UnknownModel
 from auditor.serving.surface import RequestSurface
 from auditor.serving.tools import ToolRequest, ToolsUnsupported, dialect_for
 from auditor.settings import Settings
@@ -29,35 +30,32 @@ _INTENT = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 _REQUEST_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
 
 
-def resolve_domain(model: str, header_domain: str | None, *, engine_model_id: str, settings: Settings) -> str | None:
-    """Domain from X-Domain or the model id ("auditor-medical", "<model>:medical"); 404 for unknown models."""
-    if model in (engine_model_id, "auditor"):
-        model_domain = None
-    elif model.startswith("auditor-"):
-        model_domain = model.removeprefix("auditor-")
-    elif model.startswith(f"{engine_model_id}:"):
-        model_domain = model.removeprefix(f"{engine_model_id}:")
-    else:
-        raise ApiError(404, f"the model {model!r} does not exist (see GET /v1/models)", code="model_not_found",
-                       param="model")
-    domain = header_domain.strip().lower() if header_domain else None
-    if domain and model_domain and domain != model_domain:
-        raise ApiError(400, f"X-Domain {domain!r} contradicts the model's domain {model_domain!r}", code="domain_mismatch")
-    domain = domain or model_domain
+def resolve_model(models: ModelRegistry, model: str, header_domain: str | None) -> tuple[ModelRoute, str | None]:
+    """The route and domain for a request's model id ("auditor-medical", "<model>:medical", a registry id) and
+    X-Domain; 404 for unknown models, 400 when the two disagree or name an unknown domain."""
+    try:
+        return models.resolve(model, header_domain)
+    except UnknownModel as exc:
+        raise ApiError(404, str(exc), code="model_not_found", param="model") from exc
+    except DomainConflict as exc:
+        raise ApiError(400, str(exc), code=exc.code) from exc
+
+
+def header_domain(value: str | None, settings: Settings) -> str | None:
+    """X-Domain alone, for endpoints whose model names no domain (embeddings)."""
+    domain = value.strip().lower() if value else None
     if domain is not None and domain not in settings.domains:
         raise ApiError(400, f"unknown domain {domain!r}; known: {', '.join(settings.domains)}", code="unknown_domain")
     return domain
 
 
-def request_context(request: Request, principal: Principal, endpoint: str, model: str, *, engine_model_id: str,
-                    settings: Settings) -> RequestContext:
+def request_context(request: Request, principal: Principal, endpoint: str, *, domain: str | None) -> RequestContext:
     intent = request.headers.get("x-intent")
     if intent is not None and not _INTENT.match(intent):
         raise ApiError(400, "X-Intent must be 1-64 characters of a-z, 0-9, '_', '.', '-'", code="invalid_intent")
     request_id = request.headers.get("x-request-id")
     if request_id is not None and not _REQUEST_ID.match(request_id):
         raise ApiError(400, "X-Request-Id must be 1-128 printable ASCII characters", code="invalid_request_id")
-    domain = resolve_domain(model, request.headers.get("x-domain"), engine_model_id=engine_model_id, settings=settings)
     return RequestContext(principal, endpoint, request_id or str(uuid.uuid4()), intent, domain)
 
 

@@ -25,6 +25,7 @@ from auditor.serving.inference import (
     Outcome,
     Prepared,
 )
+from auditor.serving.upstream import UpstreamError
 
 Piece = str | Outcome
 Primed = tuple[Piece, AsyncIterator[Piece]]
@@ -56,6 +57,8 @@ async def event_stream(streams: list[Primed], make_chunk: ChunkFactory, *, inclu
         yield sse(error_body(error.status_code, error.message, error.code))
     except BadRequest as exc:
         yield sse(error_body(400, str(exc), exc.code, exc.param))
+    except UpstreamError as exc:       # the upstream failed mid-answer: 502/504 in the OpenAI shape
+        yield sse(error_body(exc.status_code, exc.message, exc.code))
     finally:
         # A client that went away cancels this generator; shielded, the close still runs now (not whenever the
         # GC finalises it), so the service records the request as ended early and the engine frees its blocks.

@@ -36,7 +36,8 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    engine = runtime.build_engine(path, list(settings.domains), **runtime.engine_options(settings))
+    engine = runtime.build_engine(path, list(settings.domains), kg_store=runtime.core_kg_store(settings),
+                                  **runtime.engine_options(settings))
     try:
         core = EngineCoreProc(engine, address)
     except zmq.ZMQError as exc:   # a bad or busy address

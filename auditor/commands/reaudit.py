@@ -158,8 +158,10 @@ def _queue(settings: Settings, database: Database, packs: Any) -> TaskQueue:
 
         return CeleryTaskQueue(configure(Celery("auditor-cli"), redis_url=settings.redis_url,
                                          settings=WorkerSettings()))
+    from auditor.commands.kg import follow_store_once
     from auditor.jobs.inprocess import InProcessTaskQueue
 
+    follow_store_once(database, settings)     # the job runs here: judge with the store's current KG versions
     spec = _evaluator_spec()
     return InProcessTaskQueue(database, lambda: scoring.load_evaluator(spec, packs=packs))
 

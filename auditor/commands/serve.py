@@ -7,6 +7,7 @@ import logging
 
 from auditor.cli import CliError
 from auditor.commands.common import guarded, load_settings, open_database
+from auditor.settings import Settings
 
 logger = logging.getLogger("auditor")
 
@@ -28,14 +29,16 @@ def _serve(args: argparse.Namespace) -> int:
     settings = load_settings()
     host, port = args.host or settings.host, args.port or settings.port
     model_path = settings.resolved_model_path()
-    if not model_path.is_dir():
+    if settings.local_engine and not model_path.is_dir():
         raise CliError(f"no model at {model_path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
     from auditor.serving.runtime import check_engine_settings
 
-    try:
-        check_engine_settings(settings)
-    except ValueError as exc:
-        raise CliError(str(exc)) from exc
+    if settings.local_engine:   # a replica that only forwards to upstreams has no engine to check
+        try:
+            check_engine_settings(settings)
+        except ValueError as exc:
+            raise CliError(str(exc)) from exc
+    _check_model_registry(settings)
     database = open_database(settings)
 
     def keys_exist() -> bool:
@@ -53,3 +56,19 @@ def _serve(args: argparse.Namespace) -> int:
     uvicorn.run(create_app(settings.model_copy(update={"host": host, "port": port})), host=host, port=port,
                 log_level="info")
     return 0
+
+
+def _check_model_registry(settings: Settings) -> None:
+    """A registry that cannot be used (bad YAML, missing key variable) is a one-line error, before start-up."""
+    from auditor.serving.registry import RegistryError, build_registry, read_entries
+
+    try:
+        # engine=None stands in for the local engine here: only the upstream entries are checked
+        entries = read_entries(settings.models_file, settings.models)
+        upstream_only = {k: v for k, v in entries.items() if v.upstream is not None}
+        if upstream_only or not settings.local_engine:
+            build_registry(engine=None, entries=upstream_only, domains=settings.domains)
+        if not settings.local_engine and len(upstream_only) < len(entries):
+            raise RegistryError("AUDITOR_LOCAL_ENGINE is off, yet the model registry names the local engine")
+    except RegistryError as exc:
+        raise CliError(f"model registry: {exc}") from exc

@@ -25,6 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--pack", help="rule-pack YAML file (default: the bundled pack of the domain)")
     parser.add_argument("--intent", help="apply only the rules for this intent")
+    parser.add_argument("--kg", choices=("current", "packaged"), default="current",
+                        help="current: the store's KG version (imports included; the default); packaged: without them")
     parser.add_argument("file", nargs="?", default="-", help="UTF-8 text file, or - for stdin (default)")
     parser.set_defaults(func=run)
 
@@ -47,12 +49,39 @@ def read_text(source: str) -> str:
     return text
 
 
+def _serve_current_kg(domain: str) -> None:
+    """Judge with the store's current KG version of `domain` (imports, rollbacks); the packaged KG when the
+    store holds none or cannot be read (said on stderr)."""
+    from sqlalchemy import inspect
+    from sqlalchemy.engine import make_url
+
+    from auditor.commands.common import load_settings
+    from auditor.kg.live import LiveKnowledgeGraphs
+    from auditor.store.database import Database
+
+    settings = load_settings()
+    url = make_url(settings.database_url)
+    if url.get_backend_name() == "sqlite" and not Path(url.database or "").is_file():
+        return                               # no store here: nothing was imported
+    database = Database.from_settings(settings)
+    try:
+        if inspect(database.engine).has_table("kg_versions"):
+            LiveKnowledgeGraphs(database, [domain], refresh_s=0).refresh()
+    except Exception as exc:  # noqa: BLE001 - any store problem: judge with the packaged KG, and say so
+        print(f"auditor verify: note: the store's KG versions could not be read ({type(exc).__name__}); "
+              "judging with the packaged KG", file=sys.stderr)
+    finally:
+        database.dispose()
+
+
 def run(args: argparse.Namespace) -> int:
     if args.domain not in DOMAINS:
         raise CliError(f"unknown domain {args.domain!r} (choose from {', '.join(DOMAINS)})")
     text = read_text(args.file)
     from rules import PackError, load_pack, verify  # heavy imports only once the input is known to be good
 
+    if args.kg == "current":
+        _serve_current_kg(args.domain)
     try:
         pack = load_pack(Path(args.pack)) if args.pack else None
         report = verify(text, args.domain, pack=pack, intent=args.intent)

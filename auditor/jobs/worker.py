@@ -24,6 +24,7 @@ from auditor.jobs import reaudit, reaudit_chunks, scoring
 from auditor.jobs.domains import shared_detector
 from auditor.jobs.outbox import acknowledge_hook, dispatch_once
 from auditor.jobs.settings import WorkerSettings, worker_settings
+from auditor.kg.live import LiveKnowledgeGraphs
 from auditor.packs.source import store_packs
 from auditor.settings import get_settings
 from auditor.store.database import Database
@@ -69,6 +70,7 @@ class _Resources:
     pid: int
     database: Database
     evaluator: scoring.Evaluator
+    kgs: LiveKnowledgeGraphs | None = None   # this process's KG versions, following the store (imports)
 
 
 _resources: _Resources | None = None
@@ -90,8 +92,10 @@ def resources() -> _Resources:
                 except Exception:   # a domain that cannot load fails its records later, with the reason
                     logger.exception("evaluator warm-up failed")
             _resources = _Resources(os.getpid(), _open_database(), evaluator)
-        elif _resources.pid != os.getpid():
+            _resources.kgs = _follow_kg_versions(_resources.database)
+        elif _resources.pid != os.getpid():   # threads do not survive a fork: each child follows on its own
             _resources = _Resources(os.getpid(), _open_database(), _resources.evaluator)
+            _resources.kgs = _follow_kg_versions(_resources.database)
         else:
             return _resources
         # The evaluator judges with the store's active rule packs, refreshed every few seconds in every
@@ -100,6 +104,17 @@ def resources() -> _Resources:
         if callable(use_packs):
             use_packs(store_packs(_resources.database, get_settings()))
         return _resources
+
+
+def _follow_kg_versions(database: Database) -> LiveKnowledgeGraphs | None:
+    """Score with the store's current KG versions (imports, rollbacks), followed every AUDITOR_KG_REFRESH_S."""
+    settings = get_settings()
+    live = LiveKnowledgeGraphs(database, settings.domains, refresh_s=settings.kg_refresh_s)
+    try:
+        live.refresh()
+    except Exception:   # the store may not be migrated yet: the follower thread retries
+        logger.exception("could not load the KG versions in the store; scoring with the packaged KGs for now")
+    return live.start()
 
 
 def _open_database() -> Database:

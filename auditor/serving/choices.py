@@ -40,7 +40,7 @@ def _fork(prepared: Prepared, index: int) -> Prepared:
     surface = dataclasses.replace(prepared.surface, choice_index=index, tool_result_checks=list(
         prepared.surface.tool_result_checks), tool_calls=[], delivered_call_ids=[], structured=None)
     return dataclasses.replace(prepared, audit_id=str(uuid.uuid4()), params=params, surface=surface,
-                               started=time.perf_counter(), prefilled=None)
+                               started=time.perf_counter(), prefilled=None, details=dict(prepared.details))
 
 
 async def run_choices(choices: list[Prepared], start: Callable[[Prepared], Awaitable[T]]) -> list[T]:

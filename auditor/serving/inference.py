@@ -11,6 +11,10 @@ whose engine died under it (the engine-core process was killed or crashed): it i
 the client gets 503 (`EngineUnavailable`), or an error event if its stream had begun.
 
 The engine streams deltas (`output_kind="delta"`): each output holds only the new tokens and text.
+
+The backend is the local engine or an OpenAI-compatible upstream (`auditor.serving.registry`): the same
+gates, validators and record apply; an upstream's record names it and says its decoding was not KG-
+constrained, and an upstream that fails (`UpstreamError`) is recorded as an error with what was delivered.
 """
 
 from __future__ import annotations
@@ -35,7 +39,9 @@ from auditor.gate.tool_policy import load_tool_policies
 from auditor.serving.domains import DomainRequired, DomainResolution, resolve_request_domain
 from auditor.serving.knowledge import KgConstraint, Knowledge
 from auditor.serving.metrics import ServiceMetrics
+from auditor.serving.registry import Backend, LocalBackend, ModelRoute
 from auditor.serving.surface import RequestSurface, apply_tool_decisions, parses_as_json, redacted_message
+from auditor.serving.upstream import UpstreamError
 from auditor.settings import Settings
 from auditor.store.database import Database
 from auditor.tenants.service import detection_mode
@@ -78,14 +84,16 @@ class RequestContext:
 class Prepared:
     audit_id: str
     context: RequestContext
-    prompt: str                      # what the engine sees (chat template applied)
+    prompt: Any                      # what the backend takes: text (chat template applied) or an upstream's messages
     stored_prompt: str               # what the record stores (raw or PII-redacted per content mode)
     gate_text: str                   # user-supplied text, for the output validators' context
     params: SamplingParams
     input_gate: InputGateResult
     kg: KgConstraint | None
     content_mode: str
+    backend: Backend
     resolution: DomainResolution
+    details: dict[str, Any] = field(default_factory=dict)   # goes into the record's (hashed) details
     started: float = field(default_factory=time.perf_counter)
     surface: RequestSurface = field(default_factory=RequestSurface)
     prefilled: anyio.Event | None = None   # set when the engine's first output arrives (n > 1 waits on it)
@@ -106,6 +114,7 @@ class Outcome:
     logprobs: list[TokenLogprob] | None = None
     tool_calls: list[dict[str, Any]] | None = None   # OpenAI shape; `text` is then the content beside them
     audit_extras: dict[str, Any] = field(default_factory=dict)
+    contradicted: list[dict[str, Any]] = field(default_factory=list)   # the claims a regeneration must avoid
     domain: dict[str, Any] | None = None     # {"name", "source", "verified_under", "scores"}
 
     def audit_summary(self) -> dict[str, Any]:
@@ -156,20 +165,23 @@ class InferenceService:
         self.verifier = verifier
         self.knowledge = knowledge
         self.tool_policies = load_tool_policies(settings.tool_policy_file)
+        self.local = LocalBackend(engine) if engine is not None else None
 
     # -- preparation -----------------------------------------------------------------------------
     def prepare(self, context: RequestContext, *, messages: list[dict[str, Any]] | None = None,
-                prompt: str | None = None, params: SamplingParams, surface: RequestSurface | None = None) -> Prepared:
-        """Render the prompt, run the input gate, link KG entities; raise BadRequest for unusable input."""
+                prompt: str | None = None, params: SamplingParams, surface: RequestSurface | None = None,
+                route: ModelRoute | None = None) -> Prepared:
+        """Render the prompt, run the input gate, link KG entities; raise BadRequest for unusable input.
+        `route` (from the model registry) says which backend generates; None is the local engine."""
         surface = surface or RequestSurface()
+        backend = route.backend if route is not None else self.local
         try:
             params.validate()
         except InvalidRequestError as exc:
             raise BadRequest(str(exc)) from exc
         if messages is not None:
             try:
-                rendered = self.engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                                     **surface.template_kwargs())
+                rendered = backend.render(messages, **surface.template_kwargs())
             except InvalidRequestError as exc:
                 raise BadRequest(str(exc), param="messages") from exc
             user_text = "\n".join(m["content"] for m in messages if m["role"] in ("user", "tool"))
@@ -184,14 +196,16 @@ class InferenceService:
                            refuse_score=self.settings.injection_refuse_score,
                            detected_domains=resolution.verified_under if resolution.detecting else ())
         gate.decisions.extend(surface.check_tool_results(self.verifier, domain=domain))
-        kg = self.knowledge.constraint_for(domain, user_text) if domain else None
+        # Only the local engine can mask logits; an upstream's record says its decoding was not constrained.
+        kg = self.knowledge.constraint_for(domain, user_text) if domain and backend.kg_constrained else None
         if kg is not None and kg.applied:
             params.extra_args.update(kg.extra_args())
         mode = self.settings.content_mode_for(domain)
         return Prepared(
             audit_id=str(uuid.uuid4()), context=context, prompt=rendered,
             stored_prompt=redacted_stored if mode == "redacted" else raw_stored, gate_text=user_text,
-            params=params, input_gate=gate, kg=kg, content_mode=mode, resolution=resolution, surface=surface,
+            params=params, input_gate=gate, kg=kg, content_mode=mode, backend=backend, resolution=resolution,
+            details=dict(backend.record_details() or {}), surface=surface,
         )
 
     def _resolve_domain(self, context: RequestContext, user_text: str) -> DomainResolution:
@@ -257,6 +271,13 @@ class InferenceService:
             record_attempted = True
             await self._record_failure(prepared, gate, generation, f"engine unavailable: {exc}")
             raise EngineUnavailable(str(exc)) from exc
+        except UpstreamError as exc:     # 502/504: the trail says what failed and what was delivered
+            record_attempted = True
+            delivered = gate.delivered if opening is not None else ""   # a plain response had not been sent
+            await self._record_failure(prepared, gate, generation, f"{exc.code}: {exc.message}; {len(delivered)} "
+                                       "characters had been delivered to the client", delivered=delivered)
+            exc.audit_id = prepared.audit_id
+            raise
         finally:
             if not record_attempted:  # client went away, or the engine failed: the trail still gets the request
                 with anyio.CancelScope(shield=True):
@@ -267,9 +288,8 @@ class InferenceService:
         context = prepared.context
         return StreamOpening(prepared.audit_id, context.principal.tenant, prepared.content_mode, {
             "key_id": context.principal.key_id, "request_id": context.request_id, "endpoint": context.endpoint,
-            "intent": context.intent, "domain": prepared.resolution.domain,
-            "model_id": getattr(self.engine, "model_id", None),
-            "kv_cache": getattr(self.engine, "kv_cache_settings", None),
+            "intent": context.intent, "domain": prepared.resolution.domain, "model_id": prepared.backend.model_id,
+            "kv_cache": prepared.details.get("kv_cache"),
         })
 
     @staticmethod
@@ -288,7 +308,8 @@ class InferenceService:
     async def _generate(self, prepared: Prepared, gate: OutputGate, generation: _Generation) -> AsyncIterator[str]:
         kwargs = {"request_id": prepared.audit_id, "intent": prepared.context.intent, "output_kind": "delta",
                   "cache_salt": prepared.context.principal.tenant}  # tenants never share KV blocks
-        async with aclosing(self.engine.generate(prepared.prompt, prepared.params, **kwargs)) as outputs:
+        outputs = prepared.backend.generate(prepared.prompt, prepared.params, trace=prepared.details, **kwargs)
+        async with aclosing(outputs) as outputs:
             async for out in outputs:
                 generation.absorb(out)
                 if prepared.prefilled is not None:
@@ -322,6 +343,7 @@ class InferenceService:
             prompt_tokens=generation.prompt_tokens, completion_tokens=generation.completion_tokens,
             gate_action=action, claim_counts=gate.claim_counts(), fer=gate.fer(),
             annotations=prepared.input_gate.annotations + gate.annotations, logprobs=logprobs,
+            contradicted=[claim for claim in gate.claims if claim.get("verdict") == "contradicted"],
             domain=_domain_summary(prepared.resolution),
         )
 
@@ -368,9 +390,10 @@ class InferenceService:
         self._count(prepared, gate, outcome, generation)
 
     async def _record_failure(self, prepared: Prepared, gate: OutputGate, generation: _Generation, error: str,
-                              *, swallow: bool = False) -> None:
+                              *, swallow: bool = False, delivered: str | None = None) -> None:
         action = strongest([d.action for d in prepared.input_gate.decisions + gate.decisions])
-        record = self._build_record(prepared, gate, generation, "error", action, gate.delivered,
+        record = self._build_record(prepared, gate, generation, "error", action,
+                                    gate.delivered if delivered is None else delivered,
                                     generation.finish_reason or "abort", error)
         try:
             await self._store(self._append(record))
@@ -403,7 +426,7 @@ class InferenceService:
             id=prepared.audit_id, tenant=prepared.context.principal.tenant, status=status,
             key_id=prepared.context.principal.key_id, request_id=_stored_free_text(prepared, prepared.context.request_id),
             endpoint=prepared.context.endpoint, intent=prepared.context.intent, domain=domain,
-            model_id=getattr(self.engine, "model_id", None), checkpoint_hash=getattr(self.engine, "checkpoint_hash", None),
+            model_id=prepared.backend.model_id, checkpoint_hash=prepared.backend.checkpoint_hash,
             sampling_params=_params_for_record(prepared), kg_version=self.knowledge.kg_version(domain) if domain else None,
             rule_pack_hash=self.verifier.rule_pack_hash(domain), content_mode=prepared.content_mode,
             prompt=prepared.stored_prompt,
@@ -414,16 +437,9 @@ class InferenceService:
             gate_decisions=[d.to_dict() for d in prepared.input_gate.decisions + gate.decisions],
             gate_action=action, n_supported=counts["supported"], n_contradicted=counts["contradicted"],
             n_unverifiable=counts["unverifiable"], fer=gate.fer(), finish_reason=finish_reason, error=error,
-            details=self._details({**prepared.surface.record_details(prepared.content_mode, gate.decisions),
-                                   **prepared.resolution.details()}),
+            details={**prepared.surface.record_details(prepared.content_mode, gate.decisions),
+                     **prepared.details, **prepared.resolution.details()} or None,
         )
-
-    def _details(self, details: dict[str, Any] | None) -> dict[str, Any] | None:
-        """The KV cache's precision can change outputs, so the record's (hashed) details name it too."""
-        kv_cache = getattr(self.engine, "kv_cache_settings", None)
-        if kv_cache is not None:
-            details = {**(details or {}), "kv_cache": kv_cache}
-        return details or None
 
     def _count(self, prepared: Prepared, gate: OutputGate, outcome: Outcome, generation: _Generation) -> None:
         self.metrics.requests.labels(prepared.context.endpoint, outcome.status).inc()

@@ -20,7 +20,8 @@ class KgConstraint:
         return bool(self.anchor_ids)
 
     def extra_args(self) -> dict[str, Any]:
-        return {"kg_constraint": {"domain": self.domain, "allowed_entity_ids": self.allowed_entity_ids}}
+        return {"kg_constraint": {"domain": self.domain, "allowed_entity_ids": self.allowed_entity_ids,
+                                  "kg_version": self.kg_version}}
 
 
 class Knowledge(Protocol):

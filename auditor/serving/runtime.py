@@ -7,7 +7,8 @@ import functools
 import gc
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,13 +78,27 @@ def check_engine_settings(settings: Settings) -> None:
         KVCacheSpec.from_configs(model_config, config, model_config.torch_dtype)
 
 
+@dataclass(frozen=True, slots=True)
+class KgStoreFollow:
+    """Where an engine core in its own process follows the store's KG versions (imports, rollbacks), so that its
+    KG-constraint processor gets them without a restart, as the API process's linking and validators do."""
+
+    database_url: str
+    refresh_s: float
+
+
+def core_kg_store(settings: Settings) -> KgStoreFollow:
+    return KgStoreFollow(settings.database_url, settings.kg_refresh_s or 5.0)
+
+
 def build_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], *,
                  limits: CacheLimits | None = None, index_cache_dir: Path | None = None,
-                 config: EngineConfig | None = None) -> LLMEngine:
+                 config: EngineConfig | None = None, kg_store: KgStoreFollow | None = None) -> LLMEngine:
     """The engine for a checkpoint folder, with JSON mode and one KG-constraint processor for all domains.
 
     Module-level and picklable with its arguments: it is what the engine-core process runs to build its
-    engine. `kgs` may be domain names, loaded here (in that process) rather than sent across."""
+    engine. `kgs` may be domain names, loaded here (in that process) rather than sent across. With `kg_store`
+    (an engine core in its own process) the constraint follows the store's KG versions from here."""
     if not path.is_dir():
         raise EngineLoadError(f"no model at {path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
     if not isinstance(kgs, Mapping):   # built, not taken from load_kg's cache: freed once compiled
@@ -96,7 +111,10 @@ def build_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], 
                               kgs=dict(kgs), limits=limits, index_cache_dir=index_cache_dir),
         LogitBiasProcessor(model_config.vocab_size),
     ]
+    domains = list(kgs)
     del kgs
+    if kg_store is not None:
+        _follow_kg_versions_in_core(kg_store, domains, processors[1])
     engine = LLMEngine.from_pretrained(path, config, logits_processors=processors)
     gc.collect()
     malloc_trim()   # what building the KGs and compiling left behind
@@ -105,7 +123,8 @@ def build_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], 
 
 def load_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], *, process: bool = False,
                 address: str | None = None, limits: CacheLimits | None = None, index_cache_dir: Path | None = None,
-                config: EngineConfig | None = None) -> AsyncLLMEngine | EngineCoreClient:
+                config: EngineConfig | None = None,
+                kg_store: KgStoreFollow | None = None) -> AsyncLLMEngine | EngineCoreClient:
     """The async engine: in this process (`process=False`); an engine core in its own process, launched now
     and ready once `await engine.start()` returns (meanwhile the caller may load other things); or, with
     `address`, a client of a core that runs on its own there (`auditor engine-core`)."""
@@ -114,8 +133,9 @@ def load_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], *
     if address is not None:
         return EngineCoreClient.connect(address, load_tokenizer(path))
     build = functools.partial(build_engine, path, kgs, limits=limits, index_cache_dir=index_cache_dir, config=config)
-    if not process:
+    if not process:   # in this process: the API's own KG follower reaches the processor (`kg_listeners`)
         return AsyncLLMEngine(build())
+    build = functools.partial(build, kg_store=kg_store)
     client = EngineCoreClient(build, load_tokenizer(path))
     client.launch()
     return client
@@ -137,6 +157,10 @@ class KgKnowledge:
     def kg_version(self, domain: str) -> str | None:
         kg = self.kgs.get(domain)
         return kg.version if kg is not None else None
+
+    def use_kg(self, kg: KnowledgeGraph) -> None:
+        """Serve another version of a domain's KG from now on (`auditor.kg.live`)."""
+        self.kgs[kg.domain] = kg
 
     def constraint_for(self, domain: str, prompt: str) -> KgConstraint | None:
         kg = self.kgs.get(domain)
@@ -175,6 +199,11 @@ class RulesVerifier:
         pack = self.pack(domain)
         return pack.hash if pack is not None else None
 
+    def use_kg(self, kg: KnowledgeGraph) -> None:
+        """Judge with another version of a domain's KG from now on (`auditor.kg.live`)."""
+        if kg.domain in self.kgs:
+            self.kgs[kg.domain] = kg
+
     def verify(self, text: str, *, domain: str | None, prompt: str | None, intent: str | None = None) -> Verification:
         pack = self.pack(domain)
         if pack is None or domain is None:
@@ -211,3 +240,51 @@ def _verification(text: str, report: Report) -> Verification:
                 cursor = end
         redacted = "".join(pieces) + text[cursor:]
     return Verification(claims=claims, decisions=decisions, redacted_text=redacted)
+
+
+# Texts that make each domain's validators build what they index per KG version (mentions, case index).
+_WARM_TEXTS = {"legal": "See Brown v. Board of Education, 347 U.S. 483 (1954).",
+               "medical": "Metformin 500 mg twice daily treats type 2 diabetes.",
+               "finance": "Iran is on the FATF black list; the sanctions list names Acme Ltd."}
+
+
+def kg_listeners(engine: Any, verifier: Any, knowledge: Any) -> list[Callable[[KnowledgeGraph], None]]:
+    """What a new KG version must reach in this process, in order: its indexes built (linker, validators),
+    the decoding constraint's masks when the engine runs in this process, then linking and the output gate.
+    An engine core in its own process follows the store itself (`KgStoreFollow`)."""
+    processors = [p for p in getattr(getattr(engine, "engine", None), "processors", [])
+                  if isinstance(p, KGConstraintProcessor)]
+
+    def warm(kg: KnowledgeGraph) -> None:
+        defaults = DOMAIN_DEFAULTS.get(kg.domain)
+        get_linker(kg, defaults.types if defaults else None)
+        if kg.domain in _WARM_TEXTS:
+            rules_verify(_WARM_TEXTS[kg.domain], kg.domain, kg=kg)
+
+    def constrain(kg: KnowledgeGraph) -> None:
+        for processor in processors:
+            processor.register(kg, domain=kg.domain)
+
+    def serve(kg: KnowledgeGraph) -> None:
+        for target in (knowledge, verifier):
+            use = getattr(target, "use_kg", None)
+            if callable(use):
+                use(kg)
+
+    return [warm, constrain, serve]
+
+
+def _follow_kg_versions_in_core(store: KgStoreFollow, domains: list[str], processor: KGConstraintProcessor) -> None:
+    """In an engine core's own process: register each new KG version with the constraint processor. Until it
+    has, requests linked under the newer version carry entity ids it does not hold; it drops those
+    (`kg_version` differs) instead of refusing the request."""
+    from auditor.kg.live import LiveKnowledgeGraphs
+    from auditor.store.database import Database
+
+    live = LiveKnowledgeGraphs(Database(store.database_url), domains, refresh_s=store.refresh_s,
+                               listeners=[lambda kg: processor.register(kg, domain=kg.domain)])
+    try:
+        live.refresh()
+    except Exception:   # the store may not be migrated yet: the follower retries
+        logger.exception("engine core: could not read the KG versions in the store yet")
+    live.start()

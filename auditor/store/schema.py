@@ -10,6 +10,7 @@ from typing import Any
 import auditor.alerts.models  # noqa: F401
 import auditor.auth.models  # noqa: F401
 import auditor.jobs.models  # noqa: F401
+import auditor.kg.models  # noqa: F401
 import auditor.packs.models  # noqa: F401
 import auditor.tenants.models  # noqa: F401
 import auditor.trail.models  # noqa: F401

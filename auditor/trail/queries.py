@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import Connection, Select, and_, bindparam, func, or_, select, tuple_
 from sqlalchemy.orm import Session
 
+from auditor.kg.versions import judged_before
 from auditor.packs.registry import active_hashes, versions_by_hash
 from auditor.trail.domain_source import source_condition
 from auditor.trail.models import AuditRecord, Evaluation, RecordVerdict
@@ -132,6 +133,8 @@ def _verdict_conditions(filters: RecordFilter, active_packs: Mapping[str, str] |
     if filters.reviewed is not None:
         reviewed = View.reviewed_ref == func.coalesce(View.evaluation_id, "inline")
         conditions.append(reviewed if filters.reviewed else or_(View.reviewed_ref.is_(None), ~reviewed))
+    if filters.kg_older_than is not None:
+        conditions.append(judged_before(filters.kg_older_than))
     if filters.q is not None:
         conditions.append(View.search_text.contains(search_text([filters.q]) or "", autoescape=True))
     return conditions

@@ -82,6 +82,8 @@ class RecordFilter(BaseModel):
     stale: bool | None = Field(default=None, description="Current verdicts made under another pack than the active one")
     reviewed: bool | None = Field(default=None, description="The current verdicts have a review")
     q: CleanText | None = Field(default=None, min_length=1, max_length=256, description="Text search over claims")
+    kg_older_than: str | None = Field(default=None, pattern=r"^[0-9a-f]{16}$",
+                                      description="Current verdicts made under a KG version older than this one")
 
     @field_validator("since", "until", "recorded_since", "recorded_until")
     @classmethod

@@ -25,7 +25,7 @@ from knowledge_graphs.curated import (
     require,
     slugify,
 )
-from knowledge_graphs.model import Entity, Fact
+from knowledge_graphs.model import Entity, Fact, Provenance
 from knowledge_graphs.sources.common import DomainData, package_provenance, package_versions
 
 REPORTERS_DB = "reporters-db"
@@ -139,14 +139,27 @@ def case_data(path: Path, manifest: Manifest, reporters: set[str], courts: set[s
         if case_id in seen:
             raise CuratedDataError(f"{where}: duplicate case id {case_id}; give one of them a 'slug'")
         seen.add(case_id)
-        year = int(rec["year"])
-        entities.append(Entity(case_id, "case", rec["name"], list(rec.get("aliases") or []),
-                               {"citation": rec["citation"], "volume": volume, "reporter": reporter, "page": page,
-                                "year": year, "court": rec["court"]}, provenance))
-        facts += [Fact(case_id, "decided_by", court_id, provenance=provenance),
-                  Fact(case_id, "reported_in", reporter_id, qualifiers={"volume": volume, "page": page}, provenance=provenance),
-                  Fact(case_id, "decided_in_year", value=year, provenance=provenance)]
+        entity, case_facts = case_record(case_id, rec["name"], list(rec.get("aliases") or []), rec["citation"],
+                                         int(rec["year"]), rec["court"], provenance)
+        entities.append(entity)
+        facts += case_facts
     return entities, facts
+
+
+def case_record(case_id: str, name: str, aliases: list[str], citation: str, year: int, court: str,
+                provenance: Provenance, attributes: dict[str, Any] | None = None) -> tuple[Entity, list[Fact]]:
+    """A case entity and its decided_by / reported_in / decided_in_year facts (the legal validators read the
+    attributes: citation, volume, reporter, page, year, court). `citation` must be well formed."""
+    volume, reporter, page = parse_citation(citation, where=case_id)
+    entity = Entity(case_id, "case", name, aliases, {"citation": citation, "volume": volume, "reporter": reporter,
+                                                     "page": page, "year": year, "court": court, **(attributes or {})},
+                    provenance)
+    return entity, [
+        Fact(case_id, "decided_by", f"court:{court}", provenance=provenance),
+        Fact(case_id, "reported_in", f"reporter:{reporter}", qualifiers={"volume": volume, "page": page},
+             provenance=provenance),
+        Fact(case_id, "decided_in_year", value=year, provenance=provenance),
+    ]
 
 
 def fabricated_data(path: Path, manifest: Manifest, cases: set[str] | None = None) -> tuple[list[Entity], list[Fact]]:

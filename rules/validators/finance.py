@@ -316,7 +316,7 @@ def list_membership(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
         countries = doc.mentions_in(sentence, ["country"])
         # the date the claim is about: the sentence's own, else the question's ("as of June 2025, is ...?")
         claimed_date = stated_date(sentence.text) or (stated_date(doc.prompt) if doc.prompt else None)
-        clauses = _clauses(sentence)
+        clauses = contrastive_clauses(sentence)
         for country in countries:
             # polarity is per clause: "Kenya is on the grey list, but Germany is not"
             clause = next((c for c in clauses if c[0] <= country.start < c[1]), (sentence.start, sentence.end))
@@ -330,7 +330,7 @@ def list_membership(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
 _CLAUSE_BREAK = re.compile(r",?\s+(?:but|while|whereas|although|though|however|yet)\s+|;\s*", re.I)
 
 
-def _clauses(sentence: Sentence) -> list[tuple[int, int]]:
+def contrastive_clauses(sentence: Sentence) -> list[tuple[int, int]]:
     """Document-offset spans of the sentence's contrastive clauses."""
     bounds = [sentence.start]
     bounds += [sentence.start + m.start() for m in _CLAUSE_BREAK.finditer(sentence.text)]

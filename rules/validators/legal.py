@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import courts_db
@@ -205,7 +205,7 @@ def _entity_citation_key(entity: Entity) -> str | None:
     return found[0].key if found else None
 
 
-@cache
+@lru_cache(maxsize=4)   # bounded: each imported KG version is a new key, and the entry holds the whole KG
 def _case_index(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> CaseIndex:
     return CaseIndex(kg)
 
@@ -530,7 +530,7 @@ def _parents(sub: str) -> list[str]:
     return ["".join(parts[:n]) for n in range(len(parts) - 1, -1, -1)]
 
 
-@cache
+@lru_cache(maxsize=4)
 def _statute_index(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> StatuteIndex:
     return StatuteIndex(kg)
 

@@ -1,0 +1,57 @@
+"""Authoritative-source imports: an organisation's files as versioned overlays on the packaged KGs.
+
+`parse_file(format, data, domain=..., stamp=..., kg=...)` reads one file into an `Overlay` (entities and
+facts with per-row provenance) or raises `ImportFileError` naming the line and field of each bad row;
+`apply_overlays(packaged, overlays)` gives the KG version the service uses. Storing overlays and versions
+is the service's business (`auditor/kg/`); this package reads files and builds graphs, nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from knowledge_graphs.imports import cases, formulary, ofac_sdn, triples
+from knowledge_graphs.imports.errors import ImportFileError, RowError
+from knowledge_graphs.imports.overlay import (
+    Overlay,
+    OverlayDiff,
+    Supersession,
+    apply_overlays,
+    diff_versions,
+    fact_key,
+    version_of,
+)
+from knowledge_graphs.imports.stamp import ImportedProvenance, ImportStamp
+from knowledge_graphs.model import KnowledgeGraph
+
+Parser = Callable[..., Overlay]
+# format -> (the domain it imports into, None for any; the parser)
+FORMATS: dict[str, tuple[str | None, Parser]] = {
+    "ofac-sdn": (ofac_sdn.DOMAIN, ofac_sdn.parse),
+    "formulary": (formulary.DOMAIN, formulary.parse),
+    "cases": (cases.DOMAIN, cases.parse),
+    "triples": (None, triples.parse),
+}
+
+
+class ImportFormatError(ValueError):
+    """An unknown format, or a format that does not import into the domain asked for."""
+
+
+def parse_file(fmt: str, data: bytes, *, domain: str, stamp: ImportStamp, kg: KnowledgeGraph) -> Overlay:
+    """Read `data` (the whole file) in format `fmt` against the domain's current KG `kg`."""
+    if fmt not in FORMATS:
+        raise ImportFormatError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    fixed_domain, parser = FORMATS[fmt]
+    if fixed_domain is not None and fixed_domain != domain:
+        raise ImportFormatError(f"the {fmt} format imports into the {fixed_domain} KG, not {domain}")
+    if kg.domain != domain:
+        raise ImportFormatError(f"the KG given is the {kg.domain} KG, not {domain}")
+    return parser(data, stamp=stamp, kg=kg)
+
+
+__all__ = [
+    "FORMATS", "ImportFileError", "ImportFormatError", "ImportStamp", "ImportedProvenance", "Overlay",
+    "OverlayDiff", "RowError", "Supersession", "apply_overlays", "diff_versions", "fact_key", "parse_file",
+    "version_of",
+]

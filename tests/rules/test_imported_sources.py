@@ -1,0 +1,162 @@
+"""Validators use the organisation's imports (tests/knowledge_graphs/imports/fixtures): a party on the imported
+SDN list said not to be sanctioned, a case from the imported SCDB table cited with the wrong year or volume, a
+dose above the imported formulary maximum: each contradicted, with the imported row as evidence. Several
+sentences per class, and the packaged KG alone as the control."""
+
+from __future__ import annotations
+
+import hashlib
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from knowledge_graphs import KnowledgeGraph, load_kg
+from knowledge_graphs.imports import ImportStamp, apply_overlays, parse_file
+from rules import verify
+
+FIXTURES = Path(__file__).parents[1] / "knowledge_graphs" / "imports" / "fixtures"
+
+
+@cache
+def imported(fmt: str, domain: str, file: str) -> KnowledgeGraph:
+    data = (FIXTURES / file).read_bytes()
+    stamp = ImportStamp(fmt, fmt, file, hashlib.sha256(data).hexdigest(), "2026-12-05T10:00:00+00:00",
+                        "key:k1 (acme)", "2026-12-01")
+    return apply_overlays(load_kg(domain), [parse_file(fmt, data, domain=domain, stamp=stamp, kg=load_kg(domain))])
+
+
+def claims(text: str, domain: str, kg: KnowledgeGraph, kind: str) -> list:
+    return [c for c in verify(text, domain, kg=kg).claims if c.kind == kind]
+
+
+def sdn() -> KnowledgeGraph:
+    return imported("ofac-sdn", "finance", "sdn.csv")
+
+
+# -- sanctions ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "party", "line"), [
+    ("Teodor Zavoransky is not sanctioned.", "Teodor Zavoransky", 1),
+    ("Our records show that ZAVORANSKI, Fedor is not on the OFAC SDN list.", "ZAVORANSKI, Fedor", 1),
+    ("Northwind Maritime Holdings was removed from the SDN list last year.", "Northwind Maritime Holdings", 2),
+    ("You can wire funds to Bluefern Exchange LLC: it is not subject to any U.S. sanctions.", "Bluefern Exchange LLC", 5),
+    ("The vessel Coral Star isn't designated by OFAC.", "Coral Star", 3),
+    ("Hamid Nur Qarshi's sanctions were lifted.", "Hamid Nur Qarshi", 4),
+])
+def test_a_listed_party_said_not_to_be_sanctioned_is_contradicted_by_its_row(text: str, party: str, line: int) -> None:
+    (claim,) = claims(text, "finance", sdn(), "sanctions")
+    assert claim.verdict == "contradicted" and claim.text == party
+    assert f"sdn.csv line {line} " in claim.evidence[0].locator and claim.evidence[0].as_of == "2026-12-01"
+    assert "U.S. Treasury OFAC" in claim.evidence[0].source
+    assert verify(text, "finance", kg=sdn()).gate_actions[0].on_fail == "block"
+    assert not claims(text, "finance", load_kg("finance"), "sanctions")      # packaged KG: nothing to judge by
+
+
+@pytest.mark.parametrize("text", [
+    "Teodor Zavoransky is sanctioned by OFAC.",
+    "The tanker Coral Star is on the SDN list under the IRAN-EO13846 program.",
+    "Hamid Nur Qarshi is designated under SDGT.",
+    "OFAC blocked the assets of Orlovsky Air Cargo.",
+])
+def test_a_true_sanctions_claim_is_supported(text: str) -> None:
+    (claim,) = claims(text, "finance", sdn(), "sanctions")
+    assert claim.verdict == "supported"
+
+
+def test_a_listed_party_under_the_wrong_program_is_contradicted() -> None:
+    (claim,) = claims("The tanker Coral Star is sanctioned under the SDGT program.", "finance", sdn(), "sanctions")
+    assert claim.verdict == "contradicted"
+    assert any("not SDGT" in e.description for e in claim.evidence)
+
+
+def test_polarity_is_per_clause() -> None:
+    found = claims("OFAC has sanctioned Orlovsky Air Cargo, but Bluefern Exchange LLC is not sanctioned.", "finance",
+                   sdn(), "sanctions")
+    assert [(c.text, c.verdict) for c in found] == [("Orlovsky Air Cargo", "supported"),
+                                                     ("Bluefern Exchange LLC", "contradicted")]
+
+
+@pytest.mark.parametrize("text", [
+    "Bluefern Exchange LLC opened an office in Riga.",            # named, no sanctions claim
+    "Acme Shipping Ltd. is not sanctioned.",                       # a sanctions claim about an unlisted party
+])
+def test_no_claim_without_both_a_listed_party_and_a_sanctions_statement(text: str) -> None:
+    assert not claims(text, "finance", sdn(), "sanctions")
+
+
+# -- cases ------------------------------------------------------------------------------------------------
+
+
+def cases() -> KnowledgeGraph:
+    return imported("cases", "legal", "scdb_cases.csv")
+
+
+@pytest.mark.parametrize(("text", "wrong"), [
+    ("Kyllo v. United States, 533 U.S. 27 (1999), held that thermal imaging of a home is a search.", "2001, not 1999"),
+    ("See Chimel v. California, 396 U.S. 752 (1969).", "reported at 395 U.S. 752, not 396 U.S. 752"),
+    ("Tennessee v. Garner, 471 U.S. 1 (1986), limits deadly force.", "1985, not 1986"),
+    ("In Gonzales v. Raich, 546 U.S. 1 (2005), the Court upheld the federal ban.", "545 U.S. 1, not 546 U.S. 1"),
+    ("Escobedo v. Illinois, 378 U.S. 478 (1966).", "1964, not 1966"),
+])
+def test_an_imported_case_with_the_wrong_year_or_volume_is_contradicted_by_its_row(text: str, wrong: str) -> None:
+    (claim,) = claims(text, "legal", cases(), "case_citation")
+    assert claim.verdict == "contradicted"
+    assert any(wrong in e.description for e in claim.evidence)
+    assert any("scdb_cases.csv line" in (e.locator or "") for e in claim.evidence)
+    assert claims(text, "legal", load_kg("legal"), "case_citation")[0].verdict == "unverifiable"
+
+
+@pytest.mark.parametrize("text", [
+    "Kyllo v. United States, 533 U.S. 27 (2001).",
+    "Chimel v. California, 395 U.S. 752 (1969), limits searches incident to arrest.",
+])
+def test_an_imported_case_cited_right_is_supported(text: str) -> None:
+    (claim,) = claims(text, "legal", cases(), "case_citation")
+    assert claim.verdict == "supported"
+
+
+def test_an_imported_citation_given_to_another_case_is_contradicted() -> None:
+    (claim,) = claims("Smith v. Jones, 533 U.S. 27 (2001).", "legal", cases(), "case_citation")
+    assert claim.verdict == "contradicted" and any("is KYLLO v. UNITED STATES" in e.description for e in claim.evidence)
+
+
+# -- formulary --------------------------------------------------------------------------------------------
+
+
+def formulary() -> KnowledgeGraph:
+    return imported("formulary", "medical", "formulary.csv")
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    ("Metformin: take up to 2400 mg per day.", 2),                  # within the label's 2550, above the formulary
+    ("Adults can take metformin 1200 mg twice daily.", 2),
+    ("The maximum daily dose of metformin is 2550 mg.", 2),
+    ("Acetaminophen can be taken orally up to 4000 mg per day.", 3),
+    ("For elderly patients, acetaminophen up to 3000 mg per day by mouth is fine.", 4),
+    ("Ibuprofen 800 mg orally four times daily.", 5),
+])
+def test_a_dose_above_the_formulary_maximum_is_contradicted_by_the_formulary_row(text: str, line: int) -> None:
+    (claim,) = claims(text, "medical", formulary(), "dose")
+    assert claim.verdict == "contradicted", claim
+    row = next(e for e in claim.evidence if "formulary.csv" in (e.locator or ""))
+    assert f"formulary.csv line {line} " in row.locator
+    assert row.source.startswith("St. Example Hospital Formulary 2026") and row.as_of == "2026-11-01"
+
+
+@pytest.mark.parametrize("text", [
+    "The maximum daily dose of metformin is 2000 mg.",
+    "Acetaminophen 500 mg orally every 6 hours.",
+])
+def test_a_dose_within_the_formulary_is_supported_by_it(text: str) -> None:
+    (claim,) = claims(text, "medical", formulary(), "dose")
+    assert claim.verdict == "supported"
+    assert any("formulary.csv" in (e.locator or "") for e in claim.evidence)
+
+
+def test_without_the_import_the_label_decides() -> None:
+    (claim,) = claims("Metformin: take up to 2400 mg per day.", "medical", load_kg("medical"), "dose")
+    assert claim.verdict == "contradicted" and "2550" in claim.evidence[0].description    # maximum per the label
+    (claim,) = claims("Adults can take metformin 1200 mg twice daily.", "medical", load_kg("medical"), "dose")
+    assert claim.verdict == "supported"

@@ -14,7 +14,7 @@ from sqlalchemy import func, select, update
 from auditor.jobs import scoring
 from auditor.kg import versions
 from auditor.kg.models import KgImport, KgVersion
-from auditor.trail.models import AuditRecord
+from auditor.trail.models import RecordVerdict
 from auditor.trail.queries import filtered_query
 from auditor.trail.records import NewRecord, append_record
 from auditor.trail.schemas import AuditFilters
@@ -167,4 +167,4 @@ class ScoredUnder:
 def _select(database, version: str) -> set[str]:
     query = filtered_query(AuditFilters(kind="record", kg_older_than=version), tenant_scope=None)
     with database.session() as session:
-        return set(session.execute(query.with_only_columns(AuditRecord.id)).scalars())
+        return set(session.execute(query.with_only_columns(RecordVerdict.record_id)).scalars())

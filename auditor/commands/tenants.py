@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     listing.set_defaults(func=_list)
     detection = actions.add_parser(
         "set-detection", help="what a request without a domain gets: detect (default), require (400) or off")
-    detection.add_argument("tenant")
+    detection.add_argument("tenant", help="the tenant whose requests this applies to")
     detection.add_argument("mode", choices=(*DETECTION_MODES, "default"),
                            help="'default' returns the tenant to AUDITOR_DOMAIN_DETECTION")
     detection.set_defaults(func=_set_detection)

@@ -64,7 +64,9 @@ def test_job_runs_to_a_summary_and_its_evaluations_show_on_the_record(api) -> No
     assert done["summary"]["gate_action_changes"]["listed"] == [{"record_id": flipped, "before": "allow",
                                                                  "after": "block"}]
     record = api.get(f"/v1/audits/{flipped}").json()
-    assert [(e["job_id"], e["status"], e["fer"]) for e in record["evaluations"]] == [(job["id"], "done", 1.0)]
+    # The job's evaluation is there; live scoring of the same record (job_id None) may land at any time.
+    assert [(e["job_id"], e["status"], e["fer"]) for e in record["evaluations"]
+            if e["job_id"] is not None] == [(job["id"], "done", 1.0)]
 
     conflict = api.post(f"/v1/reaudits/{job['id']}/cancel")
     assert conflict.status_code == 409 and conflict.json()["error"]["code"] == "reaudit_finished"

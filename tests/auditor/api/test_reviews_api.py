@@ -11,7 +11,10 @@ from tests.auditor.scoring_doubles import MarkerEvaluator, append_output
 
 
 @pytest.fixture
-def setup(app_factory):
+def setup(app_factory, monkeypatch):
+    # Live scoring must not move the verdicts under the test's feet: the embedded worker's evaluator fails
+    # every record (a failed evaluation is never current), and the test lands its own evaluations.
+    monkeypatch.setenv("AUDITOR_WORKER_EVALUATOR", "tests.auditor.scoring_doubles:Unscored")
     client = app_factory()
     database = client.app.state.services.database
     with database.session() as session:

@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from auditor.cli import CliError
-from auditor.commands.common import guarded, load_settings, open_database
+from auditor.commands.common import add_json_flag, guarded, load_settings, open_database
 from auditor.kg import versions
 from auditor.settings import Settings
 from auditor.store.database import Database
@@ -40,33 +40,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("kg", help="import authoritative data into the KGs; list, diff, roll back versions")
     actions = parser.add_subparsers(dest="action", required=True)
     imp = actions.add_parser("import", help="import a file as a new KG version (nothing changes if a row is bad)")
-    imp.add_argument("file", type=Path)
-    imp.add_argument("--domain", required=True, choices=DOMAINS)
-    imp.add_argument("--format", required=True, choices=list(FORMATS), dest="fmt")
+    imp.add_argument("file", type=Path, help="the file to import (its SHA-256 goes into every fact's provenance)")
+    imp.add_argument("--domain", required=True, choices=DOMAINS, help="the KG the file extends")
+    imp.add_argument("--format", required=True, choices=list(FORMATS), dest="fmt", help="the file's layout (docs/knowledge.md)")
     imp.add_argument("--name", help="the overlay's name (default: the format); a later import under the same "
                                     "name replaces this one")
     imp.add_argument("--as-of", help="the date the source is valid for, YYYY-MM-DD (default: today)")
     imp.add_argument("--key", help="an admin API key (default: AUDITOR_API_KEY)")
     imp.add_argument("--errors", action="store_true", help="list every bad line, not only the first")
-    imp.add_argument("--json", action="store_true")
+    add_json_flag(imp, "the new version")
     imp.set_defaults(func=_import)
     listing = actions.add_parser("list", help="the version history (* marks each domain's current version)")
-    listing.add_argument("--domain", choices=DOMAINS)
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--domain", choices=DOMAINS, help="only this domain's versions")
+    add_json_flag(listing, "the versions")
     listing.set_defaults(func=_list)
     diff = actions.add_parser("diff", help="entities and facts that differ between two versions")
-    diff.add_argument("before")
-    diff.add_argument("after")
+    diff.add_argument("before", help="the older version (hash, 6+ characters of it, or domain@seq)")
+    diff.add_argument("after", help="the newer version")
     diff.add_argument("--limit", type=int, default=20, help="changes shown per kind (default 20)")
-    diff.add_argument("--json", action="store_true")
+    add_json_flag(diff, "the changes")
     diff.set_defaults(func=_diff)
     rollback = actions.add_parser("rollback", help="make an earlier version current again")
     rollback.add_argument("version", help="a version hash (or 6+ characters of it), or domain@seq")
     rollback.add_argument("--key", help="an admin API key (default: AUDITOR_API_KEY)")
     rollback.set_defaults(func=_rollback)
     reaudit = actions.add_parser("reaudit", help="re-score records judged under KG versions older than VERSION")
-    reaudit.add_argument("--older-than", required=True, dest="older_than")
-    reaudit.add_argument("--chunk-size", type=int, default=None)
+    reaudit.add_argument("--older-than", required=True, dest="older_than",
+                         help="re-score records judged under versions before this one")
+    reaudit.add_argument("--chunk-size", type=int, default=None, help="records per task")
     reaudit.add_argument("--detach", action="store_true", help="return once the job is queued (needs workers)")
     reaudit.set_defaults(func=_reaudit)
 

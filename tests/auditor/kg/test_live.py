@@ -109,6 +109,10 @@ def test_a_restarted_service_starts_on_the_current_version(legal_service, sqlite
 def test_a_reaudit_rescores_records_judged_under_older_versions(legal_service, sqlite_url: str) -> None:
     client = legal_service()
     old_ids = [ask(client)["id"] for _ in range(2)]
+    # Live scoring judges them under the packaged version first; scored after the import, they would be
+    # judged under the new one and rightly not be "older".
+    assert _eventually(lambda: all(client.get(f"/v1/audits/{i}").json()["evaluations"] for i in old_ids),
+                       timeout_s=60)
     new_version = import_cases(sqlite_url)
     client.post("/v1/kg/reload")
     fresh = ask(client)["id"]

@@ -8,10 +8,11 @@ also shows the same numbers as a table. Series differ by dash pattern and marker
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 WIDTH, HEIGHT = 760, 300
-LEFT, RIGHT, TOP, BOTTOM = 56, 16, 16, 48
+LEFT, RIGHT, TOP, BOTTOM = 56, 56, 16, 48
 # Colour-blind-safe (Okabe-Ito) colours, each with its own dash pattern.
 STYLES = [("#0072B2", ""), ("#D55E00", "6 4"), ("#009E73", "2 3"), ("#CC79A7", "10 3 2 3"), ("#000000", "1 5")]
 RATES = {"fer", "contradicted_rate", "block_rate", "mean_fer"}
@@ -42,6 +43,10 @@ class Chart:
     right_x: int = WIDTH - RIGHT
 
 
+def _moment(bucket: str) -> float:
+    return datetime.fromisoformat(bucket.replace("Z", "+00:00")).timestamp()
+
+
 def _value(point: dict[str, Any], metric: str) -> float | None:
     value = point.get(metric)
     return float(value) if isinstance(value, int | float) else None
@@ -59,9 +64,11 @@ def trend_chart(result: dict[str, Any], metric: str) -> Chart:
     top = 1.0 if metric in RATES else max(values, default=1.0) or 1.0
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
+    # Time, not bucket order, on the x axis: a three-day gap must not look like one hour.
+    first, last = (_moment(buckets[0]), _moment(buckets[-1])) if buckets else (0.0, 0.0)
+
     def x_of(bucket: str) -> float:
-        index = buckets.index(bucket)
-        return LEFT + (plot_w * index / (len(buckets) - 1) if len(buckets) > 1 else plot_w / 2)
+        return LEFT + (plot_w * (_moment(bucket) - first) / (last - first) if last > first else plot_w / 2)
 
     def y_of(value: float) -> float:
         return TOP + plot_h * (1 - value / top)
@@ -79,6 +86,9 @@ def trend_chart(result: dict[str, Any], metric: str) -> Chart:
                 line.points.append((x_of(point["bucket_start"]), y_of(value), point["bucket_start"], shown(value)))
         series.append(line)
     y_ticks = [(y_of(top * i / 4), shown(top * i / 4)) for i in range(5)]
-    step = max(1, len(buckets) // 8)
-    x_ticks = [(x_of(b), b[:13].replace("T", " ")) for b in buckets[::step]]
+    x_ticks: list[tuple[float, str]] = []
+    for bucket in buckets:   # labels that would overlap the previous one are left out
+        if not x_ticks or x_of(bucket) - x_ticks[-1][0] >= 110:
+            label = bucket[:13].replace("T", " ") + "h" if result.get("bucket") == "hour" else bucket[:10]
+            x_ticks.append((x_of(bucket), label))
     return Chart(title=metric, series=series, y_ticks=y_ticks, x_ticks=x_ticks)

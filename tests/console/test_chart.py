@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from auditor.console.chart import HEIGHT, LEFT, RIGHT, TOP, WIDTH, BOTTOM, trend_chart
+from auditor.console.chart import BOTTOM, HEIGHT, LEFT, RIGHT, TOP, WIDTH, trend_chart
 
 
 def _point(bucket: str, domain: str, fer: float | None) -> dict:

@@ -19,6 +19,7 @@ from auditor.trail.access_log import read_log
 from auditor.trail.bundle import BundleFilters
 from auditor.trail.reviews import QueueFilters, ReviewIn
 from auditor.trail.schemas import AccessLogFilters, AuditFilters
+from auditor.trail.verification import chain_status
 from auditor.trail.witness import WitnessError, open_witness
 
 router = APIRouter(prefix="/console")
@@ -130,7 +131,8 @@ def bundle(request: Request, user: UserDep, services: ServicesDep) -> Response:
 @router.get("/chain", response_class=HTMLResponse, include_in_schema=False)
 def chain(request: Request, user: UserDep, services: ServicesDep) -> HTMLResponse:
     allow(user, services.database, request, *READERS)
-    return render(request, "chain.html", user, report=None, witness=bool(services.settings.chain_witness), errors=[])
+    return render(request, "chain.html", user, report=None, witness=bool(services.settings.chain_witness), errors=[],
+                  status=chain_status(services.database))
 
 
 @router.post("/chain/verify", response_class=HTMLResponse, include_in_schema=False)
@@ -148,7 +150,7 @@ def verify_now(request: Request, user: UserDep, form: FormDep, services: Service
     except WitnessError as exc:
         errors.append(f"the chain witness is unavailable: {exc}")
     return render(request, "chain.html", user, report=report, witness=bool(settings.chain_witness), errors=errors,
-                  mode=form.get("mode") or "full", used_witness=use_witness)
+                  mode=form.get("mode") or "full", used_witness=use_witness, status=chain_status(services.database))
 
 
 def _bundle_params(params: dict[str, str]) -> dict[str, str]:

@@ -140,6 +140,9 @@ def test_chain_trends_and_keys_pages(page: Any, live_world: Any) -> None:
     page.goto("/console/chain")
     page.get_by_role("button", name="Verify now").click()
     expect(page.locator(".result.ok")).to_contain_text("the trail verifies")
+    records_ledger = page.locator("table").first.locator("tbody tr", has_text="records")
+    expect(records_ledger).to_contain_text(re.compile(r"seq \d+"))           # its last signed checkpoint
+    expect(records_ledger).to_contain_text("(full, up to seq")                 # ...and the verification just run
     screenshot(page, "chain")
     page.goto("/console/trends?bucket=hour&since=4d")
     expect(page.locator("figure.chart svg polyline").first).to_be_attached()

@@ -47,6 +47,7 @@ from auditor.api.errors import (
 from auditor.api.limits import BodySizeLimit
 from auditor.auth.keys import keys_ever_created
 from auditor.auth.principal import AuthGuard
+from auditor.console.mount import install_console
 from auditor.gate.gate import NoClaimVerifier, Verifier
 from auditor.jobs import scoring
 from auditor.jobs.domains import install_detector
@@ -259,4 +260,5 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                    health.router, reviews.router, holds.router, keys.router, access_log.router, trends.router,
                    rules.router, alerts.router, imports.router, kg.router):
         app.include_router(router)
+    install_console(app)
     return app

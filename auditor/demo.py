@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,11 +141,30 @@ def send(client: httpx.Client, request: ScriptedRequest, *, max_tokens: int) -> 
 
 
 def run_demo(settings: Settings, requests: list[ScriptedRequest], *, max_tokens: int = 160,
-             startup_timeout: float = 600.0) -> list[DemoResult]:
-    """Start the service, send `requests`, stop it; returns one result per request."""
+             startup_timeout: float = 600.0, serve: Callable[[str], None] | None = None) -> list[DemoResult]:
+    """Start the service, send `requests`, stop it; returns one result per request. `serve`: called with the
+    base URL once the requests are done, before the service stops (`--serve` waits there)."""
     with running_service(settings, startup_timeout=startup_timeout) as base_url, \
             httpx.Client(base_url=base_url, timeout=300) as client:
-        return [send(client, request, max_tokens=max_tokens) for request in requests]
+        results = [send(client, request, max_tokens=max_tokens) for request in requests]
+        if serve is not None:
+            serve(base_url)
+        return results
+
+
+def console_key(settings: Settings) -> str:
+    """An auditor key of the demo's tenant for the console (the console always needs a key; creating one
+    ends the demo store's development mode, so the scripted requests are sent first)."""
+    from auditor.auth.keys import create_key
+    from auditor.auth.principal import DEV_TENANT
+    from auditor.store.database import Database
+
+    database = Database.from_settings(settings)
+    try:
+        with database.session(write=True) as session:
+            return create_key(session, tenant=DEV_TENANT, role="admin", name="demo console")[1]
+    finally:
+        database.dispose()
 
 
 def render(results: list[DemoResult], settings: Settings, console: Any) -> None:
@@ -172,6 +191,9 @@ def render(results: list[DemoResult], settings: Settings, console: Any) -> None:
         f"  AUDITOR_DATABASE_URL={db} auditor serve --port {settings.port}\n"
         f"  curl http://127.0.0.1:{settings.port}/v1/audits/{first}\n"
         f"  curl http://127.0.0.1:{settings.port}/v1/audits\n"
-        f"  curl http://127.0.0.1:{settings.port}/v1/audits/verify",
+        f"  curl http://127.0.0.1:{settings.port}/v1/audits/verify\n"
+        "and the compliance console in a browser (log in with an admin key: `auditor keys create --tenant default "
+        "--role admin`, or run `auditor demo --serve`, which makes one and keeps the service up):\n"
+        f"  http://127.0.0.1:{settings.port}/console/records/{first}",
         soft_wrap=True,
     )

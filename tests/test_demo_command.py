@@ -54,3 +54,18 @@ def test_missing_model_folder_is_a_one_line_error(tmp_path: Path, capsys: pytest
     assert main(["demo", "--quick", "--model", str(tmp_path / "nowhere"), "--dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("auditor demo: error:") and "nowhere" in err and "\n" not in err
+
+
+def test_serve_makes_an_admin_key_the_console_accepts(tmp_path: Path) -> None:
+    from auditor.auth.keys import find_active_key
+    from auditor.demo import console_key, demo_settings
+    from auditor.store.database import Database
+
+    settings = demo_settings(tmp_path, model_path=None, domains=["finance"], port=1)
+    database = Database.from_settings(settings)
+    database.upgrade()
+    key = console_key(settings)
+    with database.session() as session:
+        found = find_active_key(session, key)
+        assert found is not None and found.role == "admin" and found.tenant == "default"
+    database.dispose()

@@ -101,3 +101,22 @@ def _remember(database: Database, reached: dict[int, Any], key: bytes, mode: str
             conn.execute(insert(ChainVerification), {
                 "ledger": number, "seq": row.seq, "record_hash": row.record_hash, "verified_at": utcnow(),
                 "mode": mode, "signature": _sign(key, number, row.seq, row.record_hash)})
+
+
+def chain_status(database: Database) -> list[dict[str, Any]]:
+    """Per ledger: its last signed checkpoint and where (and when) the last successful verification ended."""
+    with database.session() as session:
+        conn = session.connection()
+        verified = {row.ledger: row for row in conn.execute(select(ChainVerification))}
+        status = []
+        for ledger in LEDGERS:
+            checkpoint = conn.execute(select(Checkpoint.seq, Checkpoint.created_at).where(
+                Checkpoint.ledger == ledger.number).order_by(Checkpoint.seq.desc()).limit(1)).one_or_none()
+            last = verified.get(ledger.number)
+            status.append({"ledger": ledger.name,
+                           "checkpoint_seq": checkpoint.seq if checkpoint else None,
+                           "checkpoint_at": checkpoint.created_at if checkpoint else None,
+                           "verified_seq": last.seq if last else None,
+                           "verified_at": last.verified_at if last else None,
+                           "verified_mode": last.mode if last else None})
+        return status

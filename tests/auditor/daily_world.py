@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
@@ -48,7 +49,7 @@ IMPORTED = [
 
 @dataclass
 class World:
-    client: TestClient
+    client: httpx.Client                      # a TestClient in-process; an httpx client when served
     database: Database
     url: str
     pack_dir: Path
@@ -59,6 +60,7 @@ class World:
     import_id: str | None = None
     cli_env: dict[str, str] = field(default_factory=dict)
     monkeypatch: pytest.MonkeyPatch | None = None
+    base_url: str | None = None               # set when served on a real port
 
     def headers(self, role: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.keys[role]}"}
@@ -106,8 +108,9 @@ def import_lines(now: datetime) -> list[str]:
                         "id": name}) for name, domain, hours, output in IMPORTED]
 
 
-def open_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
-    """The world, populated and scored (a generator for a fixture to yield from)."""
+def open_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, serve: bool = False) -> Iterator[World]:
+    """The world, populated and scored (a generator for a fixture to yield from). `serve`: on a real HTTP
+    port (uvicorn in a thread, for a browser) with `World.base_url` set; else in-process."""
     from auditor.serving.runtime import RulesVerifier, load_kgs
 
     pack_dir = tmp_path / "packs"
@@ -120,7 +123,9 @@ def open_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Worl
     database = Database.from_settings(settings)
     database.upgrade()
     verifier = RulesVerifier(load_kgs(settings.domains), StorePacks(database, directory=pack_dir, refresh_s=0.2))
-    client = TestClient(create_app(settings, engine=FakeEngine(LIVE_REPLY), verifier=verifier))
+    app = create_app(settings, engine=FakeEngine(LIVE_REPLY), verifier=verifier)
+    server = LiveServer(app).start() if serve else None
+    client = httpx.Client(base_url=server.url, timeout=60) if server else TestClient(app)
     client.__enter__()
     keys, key_ids = {}, {}
     with database.session() as session:
@@ -131,13 +136,48 @@ def open_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Worl
                "AUDITOR_CHECKPOINT_INTERVAL": "5", "AUDITOR_RULE_PACK_DIR": str(pack_dir),
                "AUDITOR_RULE_PACK_REFRESH_S": "0.2", "AUDITOR_WORKER_EVALUATOR": "rules",
                "AUDITOR_DEFAULT_CONTENT_MODE": "raw"}
-    state = World(client, database, url, pack_dir, keys, key_ids, cli_env=cli_env, monkeypatch=monkeypatch)
+    state = World(client, database, url, pack_dir, keys, key_ids, cli_env=cli_env, monkeypatch=monkeypatch,
+                  base_url=server.url if server else None)
     try:
         _populate(state)
         yield state
     finally:
         client.__exit__(None, None, None)
+        if server:
+            server.stop()
         database.dispose()
+
+
+class LiveServer:
+    """The app on a free loopback port, served by uvicorn in a thread (its lifespan runs there too)."""
+
+    def __init__(self, app: Any) -> None:
+        import socket
+
+        import uvicorn
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        self.thread: Any = None
+
+    def start(self, timeout_s: float = 120.0) -> LiveServer:
+        import threading
+
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the live server did not start")
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
 
 
 def _populate(state: World) -> None:

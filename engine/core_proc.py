@@ -242,6 +242,8 @@ def _pack_outputs(outputs: list[Any]) -> bytes:
 
 
 def _scalar_stats(stats: dict[str, Any]) -> dict[str, Any]:
-    """What crosses the boundary: counters and gauges, not the latency lists behind them."""
+    """What crosses the boundary: counters, gauges and maps of them (finish reasons, queue depth per priority),
+    not the latency lists behind them."""
     return {name: value for name, value in stats.items()
-            if isinstance(value, int | float) or (isinstance(value, dict) and name == "finish_reasons")}
+            if isinstance(value, int | float)
+            or (isinstance(value, dict) and all(isinstance(v, int | float) for v in value.values()))}

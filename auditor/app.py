@@ -22,6 +22,7 @@ from auditor.api.deps import Services
 from auditor.api.errors import (
     ENGINE_RETRY_AFTER,
     audit_store_unavailable,
+    count_error,
     engine_unavailable,
     error_response,
     install_error_handlers,
@@ -41,6 +42,7 @@ from auditor.serving.metrics import ServiceMetrics
 from auditor.settings import Settings, get_settings
 from auditor.store.database import Database
 from auditor.trail.witness import WitnessPublisher, open_witness
+from engine.config import EngineConfig
 from engine.memory import malloc_trim
 
 logger = logging.getLogger("auditor")
@@ -112,7 +114,9 @@ def _warn_about_authentication(database: Database, auth: AuthGuard, host: str) -
 def create_app(settings: Settings | None = None, *, engine: Any = None, verifier: Verifier | None = None,
                knowledge: Knowledge | None = None) -> FastAPI:
     settings = settings or get_settings()
-    metrics = ServiceMetrics()
+    metrics = ServiceMetrics(intents=settings.metrics_intents if settings.metrics_intents is not None
+                             else EngineConfig().intent_priorities, max_tenants=settings.metrics_max_tenants,
+                             max_models=settings.metrics_max_models)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -164,23 +168,27 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
     install_error_handlers(app)
 
     @app.exception_handler(AuditUnavailable)
-    async def _audit_unavailable(_request: Request, _exc: AuditUnavailable) -> JSONResponse:
+    async def _audit_unavailable(request: Request, _exc: AuditUnavailable) -> JSONResponse:
         error = audit_store_unavailable()
+        count_error(request, error.status_code, error.code)
         return error_response(error.status_code, error.message, error.code)
 
     @app.exception_handler(EngineUnavailable)
-    async def _engine_unavailable(_request: Request, exc: EngineUnavailable) -> JSONResponse:
+    async def _engine_unavailable(request: Request, exc: EngineUnavailable) -> JSONResponse:
         error = engine_unavailable(str(exc))
+        count_error(request, error.status_code, error.code)
         return error_response(error.status_code, error.message, error.code, headers=ENGINE_RETRY_AFTER)
 
     @app.exception_handler(Exception)
-    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         # Still a bug when it happens, but the client gets the OpenAI shape and the log gets the traceback.
         logger.exception("unhandled error", exc_info=exc)
+        count_error(request, 500, "internal_error")
         return error_response(500, "internal error; the request was recorded if it reached the model", "internal_error")
 
     @app.exception_handler(BadRequest)
-    async def _bad_request(_request: Request, exc: BadRequest) -> JSONResponse:
+    async def _bad_request(request: Request, exc: BadRequest) -> JSONResponse:
+        count_error(request, 400, exc.code)
         return error_response(400, str(exc), exc.code, exc.param)
 
     for router in (chat.router, completions.router, embeddings.router, models.router, audits.router, reaudits.router,

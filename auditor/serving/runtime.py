@@ -41,11 +41,14 @@ def load_kgs(domains: Iterable[str]) -> dict[str, KnowledgeGraph]:
 
 
 def engine_options(settings: Settings) -> dict[str, Any]:
-    """build_engine's keyword arguments from the settings: cache limits, the index cache, threads."""
+    """build_engine's keyword arguments from the settings: cache limits, the index cache, threads, batch size."""
+    config = EngineConfig(num_threads=settings.engine_threads)
+    if settings.engine_max_num_seqs is not None:
+        config.max_num_seqs = settings.engine_max_num_seqs
     return {"limits": CacheLimits(views=settings.kg_constraint_views,
                                   masks_per_view=settings.kg_constraint_masks_per_view,
                                   shared_per_domain=settings.kg_constraint_shared_per_domain),
-            "index_cache_dir": settings.index_cache_dir, "config": EngineConfig(num_threads=settings.engine_threads)}
+            "index_cache_dir": settings.index_cache_dir, "config": config}
 
 
 def build_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], *,
@@ -111,6 +114,17 @@ class KgKnowledge:
         anchors = list(dict.fromkeys(m.entity_id for m in linker.link(prompt)))
         allowed = sorted(allowed_entities(kg, anchors)) if anchors else []
         return KgConstraint(domain, kg.version, anchors, allowed)
+
+    def violations(self, domain: str, text: str, allowed_entity_ids: list[str]) -> list[str]:
+        """As `benchmarks.hallucination_eval` judges them: a mention (exact alias linking over the constrained
+        entity types) none of whose candidate readings is in the allowed set."""
+        kg = self.kgs.get(domain)
+        if kg is None:
+            return []
+        defaults = DOMAIN_DEFAULTS.get(domain)
+        allowed = set(allowed_entity_ids)
+        mentions = get_linker(kg, defaults.types if defaults else None).link(text)
+        return list(dict.fromkeys(m.entity_id for m in mentions if not allowed.intersection(m.candidate_ids)))
 
 
 class RulesVerifier:

@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from prometheus_client import start_http_server
 
-from auditor.api import audits, chat, completions, embeddings, health, models, reaudits
+from auditor.api import audits, chat, completions, embeddings, health, models, reaudits, usage
 from auditor.api.deps import Services
 from auditor.api.errors import (
     ENGINE_RETRY_AFTER,
@@ -192,6 +192,6 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
         return error_response(400, str(exc), exc.code, exc.param)
 
     for router in (chat.router, completions.router, embeddings.router, models.router, audits.router, reaudits.router,
-                   health.router):
+                   usage.router, health.router):
         app.include_router(router)
     return app

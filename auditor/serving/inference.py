@@ -29,10 +29,17 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from auditor.auth.principal import Principal
-from auditor.gate.gate import GateDecision, InputGateResult, OutputGate, Verifier, check_input, strongest
+from auditor.gate.gate import InputGateResult, OutputGate, Verifier, check_input, strongest
 from auditor.gate.pii import redact_pii
 from auditor.gate.tool_policy import load_tool_policies
-from auditor.serving.cost import DeliveredRequests, PriceTable, TemplateTokens, Usage, excluded_reason, usage_for
+from auditor.serving.cost import (
+    DeliveredRequests,
+    PriceTable,
+    TemplateTokens,
+    Usage,
+    excluded_reason,
+    usage_for,
+)
 from auditor.serving.knowledge import KgConstraint, Knowledge
 from auditor.serving.metrics import RequestObservation, ServiceMetrics
 from auditor.serving.surface import RequestSurface, apply_tool_decisions, parses_as_json, redacted_message

@@ -18,7 +18,7 @@ from auditor.trail.queries import (
     iter_records,
     list_records,
 )
-from auditor.trail.schemas import AuditFilters, AuditRecordOut, EvaluationOut, ExportFilters
+from auditor.trail.schemas import AuditFilters, AuditRecordOut, EvaluationOut, ExportFilters, RecordFilter
 from auditor.trail.witness import Witness, check_against_witness
 
 
@@ -30,23 +30,23 @@ class RecordNotFound(LookupError):
     """No such record, or one owned by another tenant (the two look alike on purpose)."""
 
 
-def _check_tenant_filter(database: Database, reader: Reader, filters: AuditFilters, action: str) -> None:
+def check_tenant_filter(database: Database, reader: Reader, filters: RecordFilter, action: str) -> None:
     if filters.tenant is not None and reader.tenant_scope is not None and filters.tenant != reader.tenant_scope:
         reason = "only admins may read other tenants' records"
         log_denied(database, reader, target=f"{action}:tenant={filters.tenant}", reason=reason)
         raise TenantNotAllowed(reason)
 
 
-def _logged_filters(filters: AuditFilters) -> dict[str, Any]:
+def logged_filters(filters: RecordFilter) -> dict[str, Any]:
     return filters.model_dump(mode="json", exclude_none=True)
 
 
 def list_page(database: Database, reader: Reader, filters: AuditFilters) -> tuple[list[AuditRecordOut], str | None]:
     """One page of matching records (newest first) and the next page's cursor."""
-    _check_tenant_filter(database, reader, filters, "list")
+    check_tenant_filter(database, reader, filters, "list")
     with database.session(write=True) as session:
         rows, cursor = list_records(session, filters, tenant_scope=reader.tenant_scope)
-        log_access(session, reader, key=database.chain_key, action="list", filters=_logged_filters(filters),
+        log_access(session, reader, key=database.chain_key, action="list", filters=logged_filters(filters),
                    result_count=len(rows), record_ids=[row.id for row in rows])
         return [AuditRecordOut.model_validate(row) for row in rows], cursor
 
@@ -66,11 +66,11 @@ def show_record(database: Database, reader: Reader, record_id: str) -> AuditReco
 
 def export(database: Database, reader: Reader, filters: ExportFilters) -> Iterator[str]:
     """Check and log the export now (an export is a read even if cut short), then stream its lines lazily."""
-    _check_tenant_filter(database, reader, filters, "export")
+    check_tenant_filter(database, reader, filters, "export")
     if filters.cursor is not None:
         decode_cursor(filters.cursor)   # a bad cursor fails before the first byte
     with database.session(write=True) as session:
-        log_access(session, reader, key=database.chain_key, action="export", filters=_logged_filters(filters))
+        log_access(session, reader, key=database.chain_key, action="export", filters=logged_filters(filters))
 
     def lines() -> Iterator[str]:
         with database.session() as session:   # keyset pages, one line at a time

@@ -42,4 +42,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m auditor.cli` runs this file as __main__, whose CliError is not the one the commands import
+    # from auditor.cli: dispatch through the imported module so their errors stay one line.
+    from auditor.cli import main as _main
+
+    sys.exit(_main())

@@ -138,7 +138,8 @@ def _single(args: argparse.Namespace, spec: LoadSpec, workload: Any) -> int:
 
 
 def _print_summary(summary: dict[str, Any], intents: list[str]) -> None:
-    console = Console()
+    # Piped or redirected output has no terminal width to fit: rich would assume 80 columns and truncate cells.
+    console = Console() if sys.stdout.isatty() else Console(width=180)
     mode = f"rate {summary['rate']:g}/s (open loop)" if summary["rate"] else f"{summary['users']} users (closed loop)"
     table = Table(title=f"{mode}, {summary['elapsed_s']:.1f} s, load average {summary['load_average'][0]:.1f}; "
                         "latencies in ms")
@@ -200,6 +201,9 @@ def _sweep(args: argparse.Namespace, spec: LoadSpec, workload: Any) -> int:
             replace(spec, rate=rate).check()
         except ValueError as exc:
             raise CliError(f"--rates: {exc}") from exc
+    if not 1 <= args.threads <= 256:
+        raise CliError("--threads must be between 1 and 256")
+    _writable(args.out)   # before minutes of load, not after
     start_server = None
     if args.url:
         _check_reachable(spec.base_url)
@@ -208,8 +212,11 @@ def _sweep(args: argparse.Namespace, spec: LoadSpec, workload: Any) -> int:
     intents = list(workload.mix)
     total = sum(replace(spec, rate=rate).expected_requests for rate in rates) * len(configs)
     console = Console(stderr=True)
+    done: list[sweep.Point] = []
     with _progress(args, total) as (on_result, describe):
         def on_point(point: sweep.Point) -> None:
+            done.append(point)
+            sweep.write_csv(done, args.out / "sweep.csv")   # what is measured survives an interrupted sweep
             every = point.summary["intents"][ALL]
             describe(f"{point.config.label}, {point.rate:g}/s done")
             if not args.json:
@@ -222,7 +229,6 @@ def _sweep(args: argparse.Namespace, spec: LoadSpec, workload: Any) -> int:
                                      on_result=on_result)
         except RuntimeError as exc:   # a server that would not start
             raise CliError(str(exc)) from exc
-    args.out.mkdir(parents=True, exist_ok=True)
     sweep.write_csv(points, args.out / "sweep.csv")
     table = sweep.p99_table(points, intents)
     (args.out / "p99_table.md").write_text(table)
@@ -237,6 +243,16 @@ def _sweep(args: argparse.Namespace, spec: LoadSpec, workload: Any) -> int:
         print(table)
         print("wrote " + ", ".join(str(path) for path in written))
     return 0
+
+
+def _writable(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".loadgen-write-check"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise CliError(f"--out {folder}: cannot write there ({exc.strerror or exc})") from exc
 
 
 def _configs(args: argparse.Namespace) -> list[Any]:

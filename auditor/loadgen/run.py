@@ -57,6 +57,8 @@ class LoadSpec:
             raise ValueError("max concurrency must be between 1 and 10000")
         if not 1 <= self.max_tokens <= 8192:
             raise ValueError("max tokens must be between 1 and 8192")
+        if not 0 < self.timeout_s <= MAX_DURATION_S or not 0 <= self.drain_s <= MAX_DURATION_S:
+            raise ValueError(f"the request timeout must be above 0 and at most {MAX_DURATION_S:.0f} s")
 
     @property
     def expected_requests(self) -> int:
@@ -129,11 +131,15 @@ async def _open_loop(spec: LoadSpec, requests: Iterator[PlannedRequest], one: Ca
             break
         await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
         if slots.locked():
+            # Only a wait for the cap may end the schedule early: a client merely behind its schedule (a busy
+            # machine) still sends every arrival planned before the deadline, so a seed means one schedule.
             delayed += 1
-        await slots.acquire()
-        if time.perf_counter() >= deadline:
-            slots.release()
-            break
+            await slots.acquire()
+            if time.perf_counter() >= deadline:
+                slots.release()
+                break
+        else:
+            await slots.acquire()
         tasks.append(asyncio.create_task(held(next(requests))))
     return tasks, delayed
 

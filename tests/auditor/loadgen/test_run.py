@@ -30,6 +30,13 @@ MIX = parse_mix("medical-diagnosis=0.5,code-completion=0.5")
 PROMPTS = load_prompts(None, MIX)
 
 
+@pytest.fixture(autouse=True)
+def _light_background_scoring(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The embedded worker's default evaluator builds the full medical KG on first use: seconds of CPU in the
+    # server's process that would land inside the latencies these tests measure.
+    monkeypatch.setenv("AUDITOR_WORKER_EVALUATOR", "tests.auditor.scoring_doubles:MarkerEvaluator")
+
+
 class SlowEngine(FakeEngine):
     def __init__(self, delay_s: float, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     engine_threads: int | None = Field(default=None, ge=1)   # torch CPU threads of the engine; None: torch's default
     # The most requests the engine runs at once (its batch); more wait in its priority queue. None: the engine's 64.
     engine_max_num_seqs: int | None = Field(default=None, ge=1, le=4096)
+    # A waiting request gains one priority class per this many seconds waited, so none starves; waits much
+    # longer than (classes x this) erase the intent priorities at the tail. None: the engine's 2 s.
+    engine_aging_seconds: float | None = Field(default=None, gt=0, le=3600)
     # False: prompts are still linked to the KG and outputs checked for entities outside the allowed set (both
     # recorded), but decoding is not constrained. For measuring what the constraint buys (`auditor loadgen --sweep`).
     kg_constraint: bool = True

@@ -45,6 +45,8 @@ def engine_options(settings: Settings) -> dict[str, Any]:
     config = EngineConfig(num_threads=settings.engine_threads)
     if settings.engine_max_num_seqs is not None:
         config.max_num_seqs = settings.engine_max_num_seqs
+    if settings.engine_aging_seconds is not None:
+        config.aging_seconds = settings.engine_aging_seconds
     return {"limits": CacheLimits(views=settings.kg_constraint_views,
                                   masks_per_view=settings.kg_constraint_masks_per_view,
                                   shared_per_domain=settings.kg_constraint_shared_per_domain),

@@ -160,3 +160,9 @@ def test_measure_uses_its_own_copy_of_the_spec(fake_server: str) -> None:
     spec = LoadSpec(base_url=fake_server, rate=10, duration_s=0.3)
     asyncio.run(measure(replace(spec, rate=20), _workload(), tag="r"))
     assert spec.rate == 10
+
+
+def test_the_sweep_settings_reach_the_engine_config() -> None:
+    options = runtime.engine_options(make_settings("sqlite://", engine_max_num_seqs=4, engine_aging_seconds=20.0))
+    assert options["config"].max_num_seqs == 4 and options["config"].aging_seconds == 20.0
+    assert runtime.engine_options(make_settings("sqlite://"))["config"].aging_seconds == EngineConfig().aging_seconds

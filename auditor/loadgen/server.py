@@ -48,9 +48,12 @@ def launch(env: dict[str, str], *, ready_timeout_s: float = 600.0, workdir: Path
     """Start `auditor serve` with these AUDITOR_* overrides and wait for /ready."""
     workdir = workdir or Path(tempfile.mkdtemp(prefix="auditor-loadgen-"))
     port = free_port()
+    # The KG-constraint index cache is shared with this checkout's (a relative default would put it in the scratch
+    # folder): every configuration but the first then starts warm instead of rebuilding the indices.
+    cache = os.environ.get("AUDITOR_INDEX_CACHE_DIR") or str(Path("var/cache/kg-index").resolve())
     child_env = {**os.environ, "AUDITOR_ENVIRONMENT": "development", "AUDITOR_HOST": "127.0.0.1",
                  "AUDITOR_DATABASE_URL": f"sqlite:///{workdir / 'audit.db'}", "AUDITOR_METRICS_ACCESS": "open",
-                 **env}
+                 "AUDITOR_INDEX_CACHE_DIR": cache, **env}
     log_path = workdir / "server.log"
     started = time.perf_counter()
     with open(log_path, "wb") as log:

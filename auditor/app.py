@@ -32,6 +32,7 @@ from auditor.auth.keys import keys_ever_created
 from auditor.auth.principal import AuthGuard
 from auditor.gate.gate import NoClaimVerifier, Verifier
 from auditor.jobs import scoring
+from auditor.jobs.domains import install_detector
 from auditor.jobs.inprocess import EmbeddedWorker
 from auditor.jobs.settings import WorkerSettings
 from auditor.jobs.task_queue import TaskQueue, celery_queue
@@ -48,8 +49,9 @@ from engine.memory import malloc_trim
 logger = logging.getLogger("auditor")
 
 
-def _load_runtime(settings: Settings) -> tuple[Any, Verifier, Knowledge]:
-    """Engine, validators and KGs for production. Imported here: they pull in torch, xgrammar and the KGs."""
+def _load_runtime(settings: Settings) -> tuple[Any, Verifier, Knowledge, Any]:
+    """Engine, validators, KGs and the domain detector for production. Imported here: they pull in torch,
+    xgrammar, the KGs and MiniLM."""
     from auditor.serving import runtime
 
     options = runtime.engine_options(settings)
@@ -65,10 +67,11 @@ def _load_runtime(settings: Settings) -> tuple[Any, Verifier, Knowledge]:
         engine = runtime.load_engine(path, kgs, **options)
     verifier = runtime.RulesVerifier(kgs)
     verifier.warm_up()
+    detector = runtime.load_detector(kgs, threshold=settings.domain_detection_threshold)
     # The KGs, tries, walk records and rule packs live as long as the process: take them out of the
     # cyclic GC's view, or each full collection (set off by allocations mid-decode) rescans them all.
     gc.freeze()
-    return engine, verifier, runtime.KgKnowledge(kgs)
+    return engine, verifier, runtime.KgKnowledge(kgs), detector
 
 
 def _start_task_queue(settings: Settings, database: Database, stack: AsyncExitStack) -> TaskQueue:
@@ -112,7 +115,8 @@ def _warn_about_authentication(database: Database, auth: AuthGuard, host: str) -
 
 
 def create_app(settings: Settings | None = None, *, engine: Any = None, verifier: Verifier | None = None,
-               knowledge: Knowledge | None = None) -> FastAPI:
+               knowledge: Knowledge | None = None, detector: Any = None) -> FastAPI:
+    """`engine`, `verifier`, `knowledge`, `detector`: injected parts (tests); with no engine, all four load."""
     settings = settings or get_settings()
     metrics = ServiceMetrics(intents=settings.metrics_intents if settings.metrics_intents is not None
                              else EngineConfig().intent_priorities, max_tenants=settings.metrics_max_tenants,
@@ -128,16 +132,19 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
             if settings.auto_migrate:
                 await anyio.to_thread.run_sync(
                     functools.partial(database.upgrade, hmac_key=settings.hmac_key.get_secret_value().encode()))
-            loaded_engine, loaded_verifier, loaded_knowledge = engine, verifier, knowledge
+            loaded_engine, loaded_verifier, loaded_knowledge, loaded_detector = engine, verifier, knowledge, detector
             if engine is None:
-                loaded_engine, loaded_verifier, loaded_knowledge = await anyio.to_thread.run_sync(_load_runtime, settings)
+                loaded_engine, loaded_verifier, loaded_knowledge, loaded_detector = await anyio.to_thread.run_sync(
+                    _load_runtime, settings)
                 stack.push_async_callback(_shutdown_engine, loaded_engine)
             if callable(getattr(loaded_engine, "start", None)):   # an engine passed in is started, not shut down
                 await loaded_engine.start()
+            if loaded_detector is not None:   # the embedded worker scores with the same detector
+                install_detector(loaded_detector)
             metrics.watch_engine(loaded_engine.stats)
             inference = InferenceService(engine=loaded_engine, database=database, settings=settings, metrics=metrics,
                                          verifier=loaded_verifier or NoClaimVerifier(),
-                                         knowledge=loaded_knowledge or NoKnowledge())
+                                         knowledge=loaded_knowledge or NoKnowledge(), detector=loaded_detector)
             stack.callback(inference.committer.stop)
             task_queue = _start_task_queue(settings, database, stack)
             if settings.chain_witness:

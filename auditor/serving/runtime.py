@@ -24,6 +24,7 @@ from engine.processors.logit_bias import LogitBiasProcessor
 from knowledge_graphs import KnowledgeGraph, load_kg
 from knowledge_graphs.decoding.constraint import DOMAIN_DEFAULTS, KGConstraintProcessor, allowed_entities
 from knowledge_graphs.decoding.constraint_masks import CacheLimits
+from knowledge_graphs.detection import DomainDetector
 from knowledge_graphs.linking import get_linker
 from knowledge_graphs.registry import build_kg
 from rules import EmptyTextError, Report, load_pack
@@ -95,6 +96,13 @@ def load_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], *
     client = EngineCoreClient(build, load_tokenizer(path))
     client.launch()
     return client
+
+
+def load_detector(kgs: Mapping[str, KnowledgeGraph], *, threshold: float) -> DomainDetector:
+    """The domain detector over these KGs, warmed once (MiniLM load, linkers) so no request pays for it."""
+    detector = DomainDetector(kgs, threshold=threshold)
+    detector.detect("Warm-up question?", "Warm-up answer.")
+    return detector
 
 
 class KgKnowledge:

@@ -35,11 +35,13 @@ from auditor.api import (
     reviews,
     rules,
     trends,
+    usage,
 )
 from auditor.api.deps import Services
 from auditor.api.errors import (
     ENGINE_RETRY_AFTER,
     audit_store_unavailable,
+    count_error,
     engine_unavailable,
     error_response,
     install_error_handlers,
@@ -66,6 +68,7 @@ from auditor.settings import Settings, get_settings
 from auditor.store.database import Database
 from auditor.trail.metrics import CurrentVerdictCollector
 from auditor.trail.witness import WitnessPublisher, open_witness
+from engine.config import EngineConfig
 from engine.memory import malloc_trim
 
 logger = logging.getLogger("auditor")
@@ -167,7 +170,9 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                knowledge: Knowledge | None = None, detector: Any = None) -> FastAPI:
     """`engine`, `verifier`, `knowledge`, `detector`: injected parts (tests); with no engine, all four load."""
     settings = settings or get_settings()
-    metrics = ServiceMetrics()
+    metrics = ServiceMetrics(intents=settings.metrics_intents if settings.metrics_intents is not None
+                             else EngineConfig().intent_priorities, max_tenants=settings.metrics_max_tenants,
+                             max_models=settings.metrics_max_models)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -232,19 +237,22 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
     install_error_handlers(app)
 
     @app.exception_handler(AuditUnavailable)
-    async def _audit_unavailable(_request: Request, _exc: AuditUnavailable) -> JSONResponse:
+    async def _audit_unavailable(request: Request, _exc: AuditUnavailable) -> JSONResponse:
         error = audit_store_unavailable()
+        count_error(request, error.status_code, error.code)
         return error_response(error.status_code, error.message, error.code)
 
     @app.exception_handler(EngineUnavailable)
-    async def _engine_unavailable(_request: Request, exc: EngineUnavailable) -> JSONResponse:
+    async def _engine_unavailable(request: Request, exc: EngineUnavailable) -> JSONResponse:
         error = engine_unavailable(str(exc))
+        count_error(request, error.status_code, error.code)
         return error_response(error.status_code, error.message, error.code, headers=ENGINE_RETRY_AFTER)
 
     @app.exception_handler(Exception)
-    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         # Still a bug when it happens, but the client gets the OpenAI shape and the log gets the traceback.
         logger.exception("unhandled error", exc_info=exc)
+        count_error(request, 500, "internal_error")
         return error_response(500, "internal error; the request was recorded if it reached the model", "internal_error")
 
     @app.exception_handler(UpstreamError)
@@ -253,12 +261,13 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
         return error_response(exc.status_code, exc.message, exc.code, headers=headers or None)
 
     @app.exception_handler(BadRequest)
-    async def _bad_request(_request: Request, exc: BadRequest) -> JSONResponse:
+    async def _bad_request(request: Request, exc: BadRequest) -> JSONResponse:
+        count_error(request, 400, exc.code)
         return error_response(400, str(exc), exc.code, exc.param)
 
     for router in (chat.router, completions.router, embeddings.router, models.router, audits.router, reaudits.router,
                    health.router, reviews.router, holds.router, keys.router, access_log.router, trends.router,
-                   rules.router, alerts.router, imports.router, kg.router):
+                   rules.router, alerts.router, imports.router, kg.router, usage.router):
         app.include_router(router)
     install_console(app)
     return app

@@ -9,7 +9,7 @@ import sys
 
 # Module names under auditor.commands, in the order `auditor --help` lists them.
 COMMANDS = ("demo", "serve", "engine_core", "verify", "db", "audit", "audits", "holds", "review", "access_log", "trends",
-            "alerts", "rules", "keys", "tenants", "worker", "reaudit", "import_outputs", "kg")
+            "alerts", "rules", "keys", "tenants", "worker", "reaudit", "import_outputs", "kg", "loadgen")
 
 
 class CliError(Exception):
@@ -42,4 +42,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m auditor.cli` runs this file as __main__, whose CliError is not the one the commands import
+    # from auditor.cli: dispatch through the imported module so their errors stay one line.
+    from auditor.cli import main as _main
+
+    sys.exit(_main())

@@ -57,6 +57,14 @@ class Settings(BaseSettings):
     # ZeroMQ address, e.g. "ipc:///run/auditor/engine", instead of starting one. Same model path on both sides.
     engine_address: str | None = None
     engine_threads: int | None = Field(default=None, ge=1)   # torch CPU threads of the engine; None: torch's default
+    # The most requests the engine runs at once (its batch); more wait in its priority queue. None: the engine's 64.
+    engine_max_num_seqs: int | None = Field(default=None, ge=1, le=4096)
+    # A waiting request gains one priority class per this many seconds waited, so none starves; waits much
+    # longer than (classes x this) erase the intent priorities at the tail. None: the engine's 2 s.
+    engine_aging_seconds: float | None = Field(default=None, gt=0, le=3600)
+    # False: prompts are still linked to the KG and outputs checked for entities outside the allowed set (both
+    # recorded), but decoding is not constrained. For measuring what the constraint buys (`auditor loadgen --sweep`).
+    kg_constraint: bool = True
     # KG-constraint caches, least recently used dropped first: allowed sets kept per domain, and decoding states
     # (masks, transitions) kept per allowed set. Memory stays flat under traffic that keeps linking new sets.
     kg_constraint_views: int = Field(default=64, ge=1)
@@ -88,6 +96,15 @@ class Settings(BaseSettings):
     metrics_access: Literal["open", "key", "off"] = "key"
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
+    # Intents that get their own label on /metrics (X-Intent is free-form: any other reads "other", none "none").
+    # None: the intents the engine's scheduler ranks (engine.config's intent priorities).
+    metrics_intents: list[str] | None = None
+    # Tenants and models that get their own label on the cost metrics, first come first served; the rest "other".
+    metrics_max_tenants: int = Field(default=100, ge=1, le=10_000)
+    metrics_max_models: int = Field(default=20, ge=1, le=1000)
+    # Prices for cost accounting (YAML; see deploy/prices.example.yaml): per 1k prompt and completion tokens per
+    # model, or per engine-second. None: usage is still recorded, without a cost.
+    price_table: Path | None = None
     # Output-gate PII rule: what to do with PII in model output, per domain (default for the rest).
     output_pii_action: dict[str, Literal["allow", "annotate", "redact", "block"]] = Field(default_factory=dict)
     default_output_pii_action: Literal["allow", "annotate", "redact", "block"] = "redact"

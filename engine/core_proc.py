@@ -243,6 +243,8 @@ def _pack_outputs(outputs: list[Any]) -> bytes:
 
 
 def _scalar_stats(stats: dict[str, Any]) -> dict[str, Any]:
-    """What crosses the boundary: counters and gauges (and the KV cache's settings), not the latency lists."""
+    """What crosses the boundary: counters and gauges, the KV cache's settings and maps of numbers (finish
+    reasons, queue depth per priority), not the latency lists behind them."""
     return {name: value for name, value in stats.items()
-            if isinstance(value, int | float) or (isinstance(value, dict) and name in ("finish_reasons", "kv_cache"))}
+            if isinstance(value, int | float) or name == "kv_cache"
+            or (isinstance(value, dict) and all(isinstance(v, int | float) for v in value.values()))}

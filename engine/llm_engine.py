@@ -27,7 +27,7 @@ from engine.postprocess import StepPostprocessor
 from engine.processors.logits_process import LogitsProcessor
 from engine.sampler import Sampler
 from engine.sampling_params import InvalidRequestError, SamplingParams
-from engine.scheduler import Scheduler
+from engine.scheduler import ScheduledBatch, Scheduler
 from engine.sequence import Sequence
 from engine.tokenizer import Tokenizer
 
@@ -182,6 +182,7 @@ class LLMEngine:
         """Run one scheduled batch; return the delta of every request that advanced or finished.
 
         Runs under inference_mode as a whole, so processors may edit the logits in place."""
+        started = time.perf_counter()
         batch = self.scheduler.schedule()
         for seq in batch.preempted:
             self.post.detach_processors(seq)
@@ -196,6 +197,7 @@ class LLMEngine:
         sample_seqs = [batch.seqs[row] for row in step_logits.sample_rows]
         dead_rows = self.post.apply_processors(step_logits.logits, sample_seqs)
         sampled = self.sampler(step_logits.logits, sample_seqs)
+        _charge_step(batch, time.perf_counter() - started)
         outputs: list[EngineCoreOutput] = []
         now = time.time()
         for row, seq in enumerate(sample_seqs):
@@ -238,9 +240,29 @@ class LLMEngine:
             kv_cache_usage_perc=self.block_manager.usage(),
             num_requests_running=len(self.scheduler.running),
             num_requests_waiting=len(self.scheduler.waiting),
+            num_requests_waiting_by_priority=_count_by_priority(self.scheduler.waiting, self.config),
+            num_requests_running_by_priority=_count_by_priority(self.scheduler.running, self.config),
         )
         snapshot.update(self.kv_cache.stats(self.block_manager))
         return snapshot
+
+
+def _charge_step(batch: ScheduledBatch, seconds: float) -> None:
+    """Split one step's wall time over its requests by the tokens each computed (prefill chunks weigh more
+    than one decode token), so the shares of concurrent requests add up to the time the engine was busy."""
+    total = sum(batch.num_new_tokens)
+    for seq, num_new in zip(batch.seqs, batch.num_new_tokens, strict=True):
+        seq.stats.engine_time_seconds += seconds * num_new / total
+
+
+def _count_by_priority(seqs: list[Sequence], config: EngineConfig) -> dict[str, int]:
+    """Requests per intent priority class, every configured class present (an empty queue reads 0, not absent);
+    keys are strings, as they cross the process boundary in a map."""
+    classes = sorted({*config.intent_priorities.values(), config.default_priority})
+    counts = {str(priority): 0 for priority in classes}
+    for seq in seqs:
+        counts[str(seq.priority)] = counts.get(str(seq.priority), 0) + 1
+    return counts
 
 
 def load_tokenizer(path: str | Path, model_config: ModelConfig | None = None) -> Tokenizer:

@@ -43,6 +43,9 @@ class RequestStats:
     num_cached_tokens: int = 0
     num_generated_tokens: int = 0
     num_preemptions: int = 0
+    # this request's share of the engine's busy time: each step's wall time split over the batch's
+    # requests by the tokens each computed in it (what per-engine-second pricing charges)
+    engine_time_seconds: float = 0.0
 
 
 # finish_reason values: "stop" (EOS, stop string or stop token), "length" (max_tokens or context),

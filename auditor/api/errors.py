@@ -36,6 +36,13 @@ def error_body(status_code: int, message: str, code: str | None = None, param: s
     return {"error": {"message": message, "type": _TYPES.get(status_code, "server_error"), "param": param, "code": code}}
 
 
+def count_error(request: Request, status_code: int, code: str | None) -> None:
+    """Errors by kind on /metrics (`auditor_errors_total`): every error answer is counted where it is made."""
+    services = getattr(request.app.state, "services", None)
+    if services is not None:
+        services.metrics.count_error(code, status_code)
+
+
 def error_response(status_code: int, message: str, code: str | None = None, param: str | None = None,
                    headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(error_body(status_code, message, code, param), status_code=status_code, headers=headers)
@@ -56,16 +63,19 @@ ENGINE_RETRY_AFTER = {"Retry-After": "2"}
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
-    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        count_error(request, exc.status_code, exc.code)
         headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
         return error_response(exc.status_code, exc.message, exc.code, exc.param, headers)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        unsupported = first.get("type") == "extra_forbidden"
+        count_error(request, 400, "unsupported_parameter" if unsupported else "invalid_parameter")
         param = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query", "header", "path"))
-        if first.get("type") == "extra_forbidden":   # nothing a client sends is silently dropped: name them all
+        if unsupported:   # nothing a client sends is silently dropped: name them all
             names = [".".join(str(p) for p in e.get("loc", ()) if p != "body") for e in errors
                      if e.get("type") == "extra_forbidden"]
             return error_response(400, f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} not supported by "
@@ -77,12 +87,14 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(400, message, "invalid_parameter", param or None)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        count_error(request, exc.status_code, code)
         return error_response(exc.status_code, str(exc.detail), code, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(SQLAlchemyError)
-    async def _database_error(_request: Request, exc: SQLAlchemyError) -> JSONResponse:
+    async def _database_error(request: Request, exc: SQLAlchemyError) -> JSONResponse:
         logger.error("audit store error: %s: %s", exc.__class__.__name__, str(exc).splitlines()[0][:300])
         error = audit_store_unavailable()
+        count_error(request, error.status_code, error.code)
         return error_response(error.status_code, error.message, error.code)

@@ -67,7 +67,7 @@ async def respond(services: Services, request: Request, principal: Principal, *,
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         streams = await run_choices(choices, lambda choice: start_stream(services.inference, choice))
         chunks = event_stream(streams, make_chunk(prepared.audit_id, body.model, created), include_usage=include_usage,
-                              echo=echo)
+                              echo=echo, on_error=services.metrics.count_error)
         return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
     if route.regenerate_on_block and body.n == 1:
         outcome = await complete_with_regeneration(

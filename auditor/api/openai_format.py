@@ -56,7 +56,8 @@ def request_context(request: Request, principal: Principal, endpoint: str, *, do
     request_id = request.headers.get("x-request-id")
     if request_id is not None and not _REQUEST_ID.match(request_id):
         raise ApiError(400, "X-Request-Id must be 1-128 printable ASCII characters", code="invalid_request_id")
-    return RequestContext(principal, endpoint, request_id or str(uuid.uuid4()), intent, domain)
+    return RequestContext(principal, endpoint, request_id or str(uuid.uuid4()), intent, domain,
+                          client_request_id=request_id is not None)
 
 
 def request_surface(body: ChatCompletionRequest | CompletionRequest, *, chat_template: str | None) -> RequestSurface:

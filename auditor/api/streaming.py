@@ -10,7 +10,7 @@ and nothing more. Tool calls and logprobs leave in a choice's closing chunks, af
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -38,8 +38,11 @@ async def start_stream(inference: InferenceService, prepared: Prepared) -> Prime
 
 
 async def event_stream(streams: list[Primed], make_chunk: ChunkFactory, *, include_usage: bool,
-                       echo: str = "") -> AsyncIterator[str]:
+                       echo: str = "", on_error: Callable[[str | None, int], None] | None = None) -> AsyncIterator[str]:
+    """The SSE lines of the streams; an error after the first byte is an error event (`on_error(code, status)`
+    counts it)."""
     outcomes: list[Outcome] = []
+    count = on_error or (lambda _code, _status: None)
     try:
         async for item in _merged(streams, make_chunk, echo):
             if isinstance(item, Outcome):
@@ -51,11 +54,14 @@ async def event_stream(streams: list[Primed], make_chunk: ChunkFactory, *, inclu
         yield sse("[DONE]")
     except AuditUnavailable:
         error = audit_store_unavailable()
+        count(error.code, error.status_code)
         yield sse(error_body(error.status_code, error.message, error.code))
     except EngineUnavailable as exc:
         error = engine_unavailable(str(exc))
+        count(error.code, error.status_code)
         yield sse(error_body(error.status_code, error.message, error.code))
     except BadRequest as exc:
+        count(exc.code, 400)
         yield sse(error_body(400, str(exc), exc.code, exc.param))
     except UpstreamError as exc:       # the upstream failed mid-answer: 502/504 in the OpenAI shape
         yield sse(error_body(exc.status_code, exc.message, exc.code))

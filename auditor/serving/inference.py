@@ -33,12 +33,20 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from auditor.auth.principal import Principal
-from auditor.gate.gate import GateDecision, InputGateResult, OutputGate, Verifier, check_input, strongest
+from auditor.gate.gate import InputGateResult, OutputGate, Verifier, check_input, strongest
 from auditor.gate.pii import redact_pii
 from auditor.gate.tool_policy import load_tool_policies
+from auditor.serving.cost import (
+    DeliveredRequests,
+    PriceTable,
+    TemplateTokens,
+    Usage,
+    excluded_reason,
+    usage_for,
+)
 from auditor.serving.domains import DomainRequired, DomainResolution, resolve_request_domain
 from auditor.serving.knowledge import KgConstraint, Knowledge
-from auditor.serving.metrics import ServiceMetrics
+from auditor.serving.metrics import RequestObservation, ServiceMetrics
 from auditor.serving.registry import Backend, LocalBackend, ModelRoute
 from auditor.serving.surface import RequestSurface, apply_tool_decisions, parses_as_json, redacted_message
 from auditor.serving.upstream import UpstreamError
@@ -78,6 +86,7 @@ class RequestContext:
     request_id: str
     intent: str | None
     domain: str | None
+    client_request_id: bool = False  # the request id came from the client (X-Request-Id): retries can be told
 
 
 @dataclass(slots=True)
@@ -97,6 +106,7 @@ class Prepared:
     started: float = field(default_factory=time.perf_counter)
     surface: RequestSurface = field(default_factory=RequestSurface)
     prefilled: anyio.Event | None = None   # set when the engine's first output arrives (n > 1 waits on it)
+    template_tokens: int = 0         # prompt tokens the chat template adds (auditor.serving.cost)
 
 
 @dataclass(slots=True)
@@ -134,6 +144,8 @@ class _Generation:
     events: list[dict[str, Any]] = field(default_factory=list)
     timings: dict[str, Any] = field(default_factory=dict)
     first_release: float | None = None
+    token_gaps: list[float] = field(default_factory=list)   # the engine's inter-token latencies (final stats)
+    engine_seconds: float = 0.0
 
     def absorb(self, out: RequestOutput) -> None:
         """Add one delta output (`output_kind="delta"`)."""
@@ -148,6 +160,10 @@ class _Generation:
         self.timings = {"queue_s": stats.request_queue_time_seconds, "ttft_s": stats.time_to_first_token_seconds,
                         "engine_e2e_s": stats.e2e_request_latency_seconds, "cached_tokens": stats.num_cached_tokens,
                         "preemptions": stats.num_preemptions}
+        if out.finished:
+            self.token_gaps = list(stats.inter_token_latency_seconds)
+            self.engine_seconds = stats.engine_time_seconds
+            self.timings["engine_s"] = round(stats.engine_time_seconds, 6)
 
 
 class InferenceService:
@@ -166,6 +182,10 @@ class InferenceService:
         self.knowledge = knowledge
         self.tool_policies = load_tool_policies(settings.tool_policy_file)
         self.local = LocalBackend(engine) if engine is not None else None
+        self.prices = PriceTable.load(settings.price_table)
+        # Template tokens are counted for the local engine's template only (an upstream's is its own).
+        self.template_tokens = TemplateTokens(engine.tokenizer) if engine is not None else None
+        self.delivered = DeliveredRequests()
 
     # -- preparation -----------------------------------------------------------------------------
     def prepare(self, context: RequestContext, *, messages: list[dict[str, Any]] | None = None,
@@ -175,6 +195,7 @@ class InferenceService:
         `route` (from the model registry) says which backend generates; None is the local engine."""
         surface = surface or RequestSurface()
         backend = route.backend if route is not None else self.local
+        counter = self.template_tokens if backend is self.local else None
         try:
             params.validate()
         except InvalidRequestError as exc:
@@ -184,12 +205,14 @@ class InferenceService:
                 rendered = backend.render(messages, **surface.template_kwargs())
             except InvalidRequestError as exc:
                 raise BadRequest(str(exc), param="messages") from exc
+            template_tokens = counter.for_messages(messages) if counter is not None else 0
             user_text = "\n".join(m["content"] for m in messages if m["role"] in ("user", "tool"))
             raw_stored = json.dumps(messages, ensure_ascii=False)
             redacted_stored = json.dumps([redacted_message(m) for m in messages], ensure_ascii=False)
         else:
             rendered = user_text = raw_stored = prompt or ""
             redacted_stored = redact_pii(rendered)[0]
+            template_tokens = counter.for_prompt() if counter is not None else 0
         resolution = self._resolve_domain(context, user_text)
         domain = resolution.domain
         gate = check_input(user_text, intent=context.intent, annotate_score=self.settings.injection_annotate_score,
@@ -198,14 +221,14 @@ class InferenceService:
         gate.decisions.extend(surface.check_tool_results(self.verifier, domain=domain))
         # Only the local engine can mask logits; an upstream's record says its decoding was not constrained.
         kg = self.knowledge.constraint_for(domain, user_text) if domain and backend.kg_constrained else None
-        if kg is not None and kg.applied:
+        if kg is not None and kg.applied and self.settings.kg_constraint:
             params.extra_args.update(kg.extra_args())
         mode = self.settings.content_mode_for(domain)
         return Prepared(
             audit_id=str(uuid.uuid4()), context=context, prompt=rendered,
             stored_prompt=redacted_stored if mode == "redacted" else raw_stored, gate_text=user_text,
             params=params, input_gate=gate, kg=kg, content_mode=mode, backend=backend, resolution=resolution,
-            details=dict(backend.record_details() or {}), surface=surface,
+            details=dict(backend.record_details() or {}), surface=surface, template_tokens=template_tokens,
         )
 
     def _resolve_domain(self, context: RequestContext, user_text: str) -> DomainResolution:
@@ -277,6 +300,10 @@ class InferenceService:
             await self._record_failure(prepared, gate, generation, f"{exc.code}: {exc.message}; {len(delivered)} "
                                        "characters had been delivered to the client", delivered=delivered)
             exc.audit_id = prepared.audit_id
+            raise
+        except (anyio.get_cancelled_exc_class(), GeneratorExit):   # the client went away
+            if not record_attempted:
+                self.metrics.count_error("client_disconnected", 499)
             raise
         finally:
             if not record_attempted:  # client went away, or the engine failed: the trail still gets the request
@@ -382,25 +409,31 @@ class InferenceService:
 
     # -- recording -------------------------------------------------------------------------------
     async def _record(self, prepared: Prepared, gate: OutputGate, generation: _Generation, outcome: Outcome) -> None:
+        violations = await anyio.to_thread.run_sync(self._violations, prepared, generation.text)
+        usage = self._usage(prepared, generation, outcome.status, outcome.text, bool(outcome.tool_calls))
         record = self._build_record(prepared, gate, generation, outcome.status, outcome.gate_action, outcome.text,
-                                    outcome.finish_reason, None)
+                                    outcome.finish_reason, None, usage=usage, violations=violations)
         started = time.perf_counter()
         await self._store(self._append(record))
         self.metrics.audit_write.observe(time.perf_counter() - started)
-        self._count(prepared, gate, outcome, generation)
+        if usage.excluded is None:
+            self.delivered.remember(self._retry_key(prepared))
+        self._observe(prepared, gate, generation, outcome.status, outcome.gate_action, usage)
 
     async def _record_failure(self, prepared: Prepared, gate: OutputGate, generation: _Generation, error: str,
                               *, swallow: bool = False, delivered: str | None = None) -> None:
         action = strongest([d.action for d in prepared.input_gate.decisions + gate.decisions])
-        record = self._build_record(prepared, gate, generation, "error", action,
-                                    gate.delivered if delivered is None else delivered,
-                                    generation.finish_reason or "abort", error)
+        delivered = gate.delivered if delivered is None else delivered
+        usage = self._usage(prepared, generation, "error", delivered, False)
+        record = self._build_record(prepared, gate, generation, "error", action, delivered,
+                                    generation.finish_reason or "abort", error, usage=usage)
         try:
             await self._store(self._append(record))
         except AuditUnavailable:
             if not swallow:
                 raise
-        self.metrics.requests.labels(prepared.context.endpoint, "error").inc()
+        finally:
+            self._observe(prepared, gate, generation, "error", action, usage)
 
     def _append(self, record: NewRecord) -> Callable[[Connection], None]:
         """The write that chains the record; the segments it now covers go in the same commit."""
@@ -410,7 +443,8 @@ class InferenceService:
         return write
 
     def _build_record(self, prepared: Prepared, gate: OutputGate, generation: _Generation, status: str,
-                      action: str, delivered: str, finish_reason: str, error: str | None) -> NewRecord:
+                      action: str, delivered: str, finish_reason: str, error: str | None, *, usage: Usage,
+                      violations: list[str] | None = None) -> NewRecord:
         redact = prepared.content_mode == "redacted"
         output = redact_pii(generation.text)[0] if redact else generation.text
         if delivered != generation.text:
@@ -433,26 +467,47 @@ class InferenceService:
             output=output, delivered_output=delivered,
             claims=gate.claims or None, prompt_tokens=generation.prompt_tokens,
             completion_tokens=generation.completion_tokens, timings=timings,
-            logprob_summary=_logprob_summary(generation.logprobs), kg_events=_kg_events(prepared.kg, generation.events),
+            logprob_summary=_logprob_summary(generation.logprobs),
+            kg_events=_kg_events(prepared.kg, generation.events, enforced=self.settings.kg_constraint,
+                                 violations=violations),
             gate_decisions=[d.to_dict() for d in prepared.input_gate.decisions + gate.decisions],
             gate_action=action, n_supported=counts["supported"], n_contradicted=counts["contradicted"],
             n_unverifiable=counts["unverifiable"], fer=gate.fer(), finish_reason=finish_reason, error=error,
             details={**prepared.surface.record_details(prepared.content_mode, gate.decisions),
-                     **prepared.details, **prepared.resolution.details()} or None,
+                     **prepared.details, **prepared.resolution.details(), "usage": usage.to_record()},
         )
 
-    def _count(self, prepared: Prepared, gate: OutputGate, outcome: Outcome, generation: _Generation) -> None:
-        self.metrics.requests.labels(prepared.context.endpoint, outcome.status).inc()
-        decisions: list[GateDecision] = prepared.input_gate.decisions + gate.decisions
-        for decision in decisions:
-            self.metrics.gate_decisions.labels(decision.stage, decision.action).inc()
-        for verdict, count in outcome.claim_counts.items():
-            if count:
-                self.metrics.verdicts.labels(verdict).inc(count)
-        self.metrics.e2e.observe(time.perf_counter() - prepared.started)
-        if generation.first_release is not None:
-            self.metrics.ttft.observe(generation.first_release - prepared.started)
+    def _violations(self, prepared: Prepared, text: str) -> list[str] | None:
+        """Entities of the constrained types the output names outside the prompt's allowed set (None: no set)."""
+        kg = prepared.kg
+        if kg is None or not kg.applied:   # no anchors, no neighbourhood: nothing to violate
+            return None
+        return self.knowledge.violations(kg.domain, text, kg.allowed_entity_ids) if text else []
 
+    @staticmethod
+    def _retry_key(prepared: Prepared) -> tuple[str, str, int]:
+        return (prepared.context.principal.tenant, prepared.context.request_id, prepared.surface.choice_index)
+
+    def _usage(self, prepared: Prepared, generation: _Generation, status: str, delivered: str,
+               tool_calls: bool) -> Usage:
+        retry = prepared.context.client_request_id and self.delivered.seen_before(self._retry_key(prepared))
+        return usage_for(
+            prices=self.prices, model_id=prepared.backend.model_id,
+            prompt_tokens=generation.prompt_tokens, completion_tokens=generation.completion_tokens,
+            template_tokens=prepared.template_tokens, engine_seconds=generation.engine_seconds,
+            excluded=excluded_reason(status=status, delivered=delivered, tool_calls=tool_calls, retry=retry),
+            prompt_billed=prepared.surface.choice_index == 0)
+
+    def _observe(self, prepared: Prepared, gate: OutputGate, generation: _Generation, status: str, gate_action: str,
+                 usage: Usage) -> None:
+        context = prepared.context
+        ttft = None if generation.first_release is None else generation.first_release - prepared.started
+        self.metrics.observe_request(RequestObservation(
+            endpoint=context.endpoint, status=status, intent=context.intent, tenant=context.principal.tenant,
+            model=prepared.backend.model_id, e2e_s=time.perf_counter() - prepared.started, ttft_s=ttft,
+            queue_s=generation.timings.get("queue_s"), token_gaps=generation.token_gaps,
+            decisions=[(d.stage, d.action) for d in prepared.input_gate.decisions + gate.decisions],
+            gate_action=gate_action, claim_counts=gate.claim_counts(), fer=gate.fer(), usage=usage))
 
 def _domain_summary(resolution: DomainResolution) -> dict[str, Any]:
     """What the response tells the client about the domain its output was verified under."""
@@ -482,12 +537,18 @@ def _params_for_record(prepared: Prepared) -> dict[str, Any]:
     return values
 
 
-def _kg_events(kg: KgConstraint | None, engine_events: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-    """The linking step (anchors, allowed-set size) followed by the constraint processor's own events."""
-    linking = [{"processor": "kg_linking", "position": -1, "kind": "constrained" if kg.applied else "no_anchors",
-                "data": {"domain": kg.domain, "anchor_ids": kg.anchor_ids,
-                         "allowed_count": len(kg.allowed_entity_ids)}}] if kg is not None else []
-    return (linking + engine_events) or None
+def _kg_events(kg: KgConstraint | None, engine_events: list[dict[str, Any]], *, enforced: bool,
+               violations: list[str] | None) -> list[dict[str, Any]] | None:
+    """The linking step (anchors, allowed-set size), the constraint processor's own events, then the check of
+    the output against the allowed set (entities of the constrained types it names outside it)."""
+    if kg is None:
+        return engine_events or None
+    kind = ("constrained" if enforced else "not_enforced") if kg.applied else "no_anchors"
+    linking = [{"processor": "kg_linking", "position": -1, "kind": kind,
+                "data": {"domain": kg.domain, "anchor_ids": kg.anchor_ids, "allowed_count": len(kg.allowed_entity_ids)}}]
+    check = [] if violations is None else [{"processor": "kg_linking", "position": -1, "kind": "output_check",
+                                            "data": {"violations": len(violations), "entity_ids": violations[:20]}}]
+    return linking + engine_events + check
 
 
 def _logprob_summary(logprobs: list[TokenLogprob]) -> dict[str, Any] | None:

@@ -29,6 +29,10 @@ class Knowledge(Protocol):
 
     def kg_version(self, domain: str) -> str | None: ...
 
+    def violations(self, domain: str, text: str, allowed_entity_ids: list[str]) -> list[str]:
+        """Entities of the constrained types `text` names none of whose readings is allowed (their ids)."""
+        ...
+
 
 class NoKnowledge:
     """No KG available: requests run unconstrained and records carry no KG version."""
@@ -38,3 +42,6 @@ class NoKnowledge:
 
     def kg_version(self, domain: str) -> str | None:
         return None
+
+    def violations(self, domain: str, text: str, allowed_entity_ids: list[str]) -> list[str]:
+        return []

@@ -46,7 +46,8 @@ def load_kgs(domains: Iterable[str]) -> dict[str, KnowledgeGraph]:
 
 
 def engine_options(settings: Settings) -> dict[str, Any]:
-    """build_engine's keyword arguments from the settings: cache limits, the index cache, the engine config."""
+    """build_engine's keyword arguments from the settings: cache limits, the index cache, the engine config
+    (threads, batch size, priority aging, KV cache)."""
     return {"limits": CacheLimits(views=settings.kg_constraint_views,
                                   masks_per_view=settings.kg_constraint_masks_per_view,
                                   shared_per_domain=settings.kg_constraint_shared_per_domain),
@@ -54,9 +55,14 @@ def engine_options(settings: Settings) -> dict[str, Any]:
 
 
 def engine_config(settings: Settings) -> EngineConfig:
-    return EngineConfig(num_threads=settings.engine_threads, kv_cache_dtype=settings.kv_cache_dtype,
-                        kv_cache_strategy=settings.kv_cache_strategy, kv_cache_cold_dir=str(settings.kv_cache_cold_dir),
-                        kv_cache_cold_bytes=settings.kv_cache_cold_bytes)
+    config = EngineConfig(num_threads=settings.engine_threads, kv_cache_dtype=settings.kv_cache_dtype,
+                          kv_cache_strategy=settings.kv_cache_strategy, kv_cache_cold_dir=str(settings.kv_cache_cold_dir),
+                          kv_cache_cold_bytes=settings.kv_cache_cold_bytes)
+    if settings.engine_max_num_seqs is not None:
+        config.max_num_seqs = settings.engine_max_num_seqs
+    if settings.engine_aging_seconds is not None:
+        config.aging_seconds = settings.engine_aging_seconds
+    return config
 
 
 def check_engine_settings(settings: Settings) -> None:
@@ -171,6 +177,17 @@ class KgKnowledge:
         anchors = list(dict.fromkeys(m.entity_id for m in linker.link(prompt)))
         allowed = sorted(allowed_entities(kg, anchors)) if anchors else []
         return KgConstraint(domain, kg.version, anchors, allowed)
+
+    def violations(self, domain: str, text: str, allowed_entity_ids: list[str]) -> list[str]:
+        """As `benchmarks.hallucination_eval` judges them: a mention (exact alias linking over the constrained
+        entity types) none of whose candidate readings is in the allowed set."""
+        kg = self.kgs.get(domain)
+        if kg is None:
+            return []
+        defaults = DOMAIN_DEFAULTS.get(domain)
+        allowed = set(allowed_entity_ids)
+        mentions = get_linker(kg, defaults.types if defaults else None).link(text)
+        return list(dict.fromkeys(m.entity_id for m in mentions if not allowed.intersection(m.candidate_ids)))
 
 
 class RulesVerifier:

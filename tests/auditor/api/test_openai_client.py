@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
-import uvicorn
 
 from auditor.app import create_app
 from tests.auditor.conftest import make_settings
 from tests.auditor.real_engine import build_real_runtime
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.auditor.served import served
 
 
 @pytest.fixture(scope="module")
@@ -31,24 +22,8 @@ def server_url(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) 
     engine, verifier, knowledge = build_real_runtime(tiny_checkpoint)
     app = create_app(make_settings(f"sqlite:///{root / 'audit.db'}"), engine=engine, verifier=verifier,
                      knowledge=knowledge)
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    else:
-        pytest.fail("server did not become healthy")
-    yield url
-    server.should_exit = True
-    thread.join(timeout=10)
+    with served(app) as url:
+        yield url
 
 
 @pytest.fixture

@@ -25,8 +25,8 @@ def test_health_ready_and_metrics(client: TestClient) -> None:
     metrics = client.get("/metrics").text
     assert 'auditor_requests_total{endpoint="chat",status="completed"} 1.0' in metrics
     assert 'auditor_gate_decisions_total{action="annotate",stage="input"} 1.0' in metrics
-    assert "auditor_e2e_request_latency_seconds_count 1.0" in metrics
-    assert "auditor_time_to_first_token_seconds_count 1.0" in metrics
+    assert 'auditor_e2e_request_latency_seconds_count{intent="medical-diagnosis"} 1.0' in metrics
+    assert 'auditor_time_to_first_token_seconds_count{intent="medical-diagnosis"} 1.0' in metrics
     assert "auditor_audit_write_seconds_count 1.0" in metrics
     assert "auditor_engine_requests_total 1.0" in metrics     # engine.stats() as gauges
 

@@ -1,0 +1,87 @@
+"""What the engine reports for the service's metrics and cost accounting: queue depth per intent priority
+class (also across the engine-core process boundary), and each request's share of the engine's busy time."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+
+import pytest
+
+from engine.config import EngineConfig
+from engine.core_client import EngineCoreClient
+from engine.llm_engine import LLMEngine, load_tokenizer
+from engine.sampling_params import SamplingParams
+
+GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+
+
+def test_queue_depth_per_priority_class(tiny_llama) -> None:
+    engine = LLMEngine.from_pretrained(tiny_llama, EngineConfig(max_num_seqs=1))
+    for request_id, intent in (("low", "code-completion"), ("mid", None), ("high", "medical-diagnosis"),
+                               ("low2", "code-completion")):
+        engine.add_request(request_id, "The patient was", GREEDY, intent=intent)
+    before = engine.stats()
+    assert before["num_requests_waiting_by_priority"] == {"0": 1, "1": 1, "2": 2}
+    assert before["num_requests_running_by_priority"] == {"0": 0, "1": 0, "2": 0}
+    engine.step()   # one seat: the most urgent class takes it
+    after = engine.stats()
+    assert after["num_requests_running_by_priority"] == {"0": 1, "1": 0, "2": 0}
+    assert after["num_requests_waiting_by_priority"] == {"0": 0, "1": 1, "2": 2}
+    assert sum(after["num_requests_waiting_by_priority"].values()) == after["num_requests_waiting"]
+
+
+def test_engine_time_shares_add_up_to_the_busy_time(tiny_llama) -> None:
+    engine = LLMEngine.from_pretrained(tiny_llama)
+    prompts = {"short": "Hi", "long": "The patient was prescribed metformin twice daily after the visit, " * 3}
+    for request_id, prompt in prompts.items():
+        engine.add_request(request_id, prompt, GREEDY)
+    busy, finals = 0.0, {}
+    while engine.has_unfinished():
+        started = time.perf_counter()
+        outputs = engine.step_core()
+        busy += time.perf_counter() - started
+        finals.update({out.request_id: out.stats for out in outputs if out.finished})
+    shares = {request_id: stats.engine_time_seconds for request_id, stats in finals.items()}
+    assert all(share > 0 for share in shares.values())
+    # the shares split the steps' time: together no more than the time spent in them, and most of it
+    assert 0.7 * busy <= sum(shares.values()) <= busy
+    # same decode steps, but the long prompt's prefill weighs more in the step both were prefilled in
+    assert shares["long"] > shares["short"]
+
+
+def test_priority_queue_depth_crosses_the_process_boundary(tiny_llama) -> None:
+    client = EngineCoreClient(functools.partial(LLMEngine.from_pretrained, tiny_llama, EngineConfig(max_num_seqs=1)),
+                              load_tokenizer(tiny_llama))
+    slow = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
+
+    async def run() -> tuple[dict, float]:
+        await client.start()
+        try:
+            async def one(request_id: str, intent: str) -> float:
+                async for out in client.generate("The patient was", slow, request_id=request_id, intent=intent):
+                    if out.finished:
+                        return out.stats.engine_time_seconds
+                return 0.0
+
+            tasks = [asyncio.create_task(one(f"r{i}", intent)) for i, intent in
+                     enumerate(("fin-risk", "code-completion", "code-completion", "legal-advice"))]
+            seen: dict = {}
+            for _ in range(200):   # the core reports twice a second while it works
+                waiting = client.stats().get("num_requests_waiting_by_priority") or {}
+                if sum(waiting.values()) >= 2:
+                    seen = dict(waiting)
+                    break
+                await asyncio.sleep(0.02)
+            shares = await asyncio.gather(*tasks)
+            return seen, min(shares)
+        finally:
+            await client.shutdown()
+
+    seen, smallest_share = asyncio.run(run())
+    assert seen and set(seen) == {"0", "1", "2"} and seen["2"] >= 1
+    assert smallest_share > 0
+
+
+pytestmark = pytest.mark.timeout(180)

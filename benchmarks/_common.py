@@ -54,8 +54,8 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def parse_args(description: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=description)
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    """--json, --repeats and --threads, as every benchmark takes them."""
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats (default per benchmark)")
     parser.add_argument(
@@ -63,9 +63,19 @@ def parse_args(description: str) -> argparse.Namespace:
         help="torch CPU threads for every contender (default 1: on a shared machine, multi-threaded "
              "torch spin-waits under oversubscription and timings swing tenfold)",
     )
+
+
+def setup(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """Parse the arguments and apply --threads."""
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     return args
+
+
+def parse_args(description: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    add_common_args(parser)
+    return setup(parser)
 
 
 def emit(result: dict[str, Any], as_json: bool) -> None:

@@ -169,12 +169,12 @@ class LLMEngine:
             seq.num_computed_tokens += num_new
             self.block_manager.register_full_blocks(seq)  # publish before a finished seq frees them
         sample_seqs = [batch.seqs[row] for row in step_logits.sample_rows]
-        dead_rows = self.post.apply_processors(step_logits.logits, sample_seqs)
+        self.post.apply_processors(step_logits.logits, sample_seqs)
         sampled = self.sampler(step_logits.logits, sample_seqs)
         outputs: list[RequestOutput] = []
         now = time.time()
         for row, seq in enumerate(sample_seqs):
-            if row in dead_rows:
+            if row in sampled.dead_rows and seq.constrained_by:   # the processors left no token
                 seq.finish_reason = "constraint_dead_end"
             else:
                 self.post.append_token(seq, sampled.token_ids[row], sampled.logprobs[row], now)

@@ -42,7 +42,7 @@ def _load_runtime(settings: Settings) -> tuple[Any, Verifier, Knowledge]:
     from auditor.serving import runtime
 
     kgs = runtime.load_kgs(settings.domains)
-    engine = runtime.load_engine(settings.resolved_model_path(), kgs)
+    engine = runtime.load_engine(settings.resolved_model_path(), kgs, dtype=settings.engine_dtype)
     verifier = runtime.RulesVerifier(kgs)
     verifier.warm_up()
     # The KGs, tries, walk records and rule packs live as long as the process: take them out of the

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from engine.block_manager import BlockManager
-from engine.config import EngineConfig, ModelConfig, ModelLoadError, parse_dtype
+from engine.config import EngineConfig, ModelConfig, ModelLoadError
 from engine.detokenizer import init_offsets
 from engine.loader import checkpoint_hash, generation_eos_ids, iter_weights, load_model_config, weight_files
 from engine.metrics import EngineMetrics
@@ -19,6 +19,7 @@ from engine.model_runner import ModelRunner, kv_bytes_per_block
 from engine.models.llama import LlamaForCausalLM
 from engine.outputs import RequestOutput
 from engine.postprocess import StepPostprocessor
+from engine.precision import dtype_name, resolve_dtype
 from engine.processors.logits_process import LogitsProcessor
 from engine.sampler import Sampler
 from engine.sampling_params import InvalidRequestError, SamplingParams
@@ -69,8 +70,8 @@ class LLMEngine:
         files = weight_files(path)
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
-        dtype = parse_dtype(config.dtype) if config.dtype else model_config.torch_dtype
         device = torch.device(config.device)
+        dtype = resolve_dtype(config.dtype, model_config.torch_dtype, device)
         with torch.device(device):
             model = LlamaForCausalLM(model_config, _max_model_len(model_config, config), dtype)
         model.load_weights(iter_weights(files), source=", ".join(f.name for f in files))
@@ -81,6 +82,11 @@ class LLMEngine:
             model, tokenizer, config, model_id=model_id or path.name,
             checkpoint_hash=checkpoint_hash(path, files), logits_processors=logits_processors,
         )
+
+    @property
+    def dtype(self) -> str:
+        """The dtype the weights and KV cache are held in ("bfloat16", "float32", ...)."""
+        return dtype_name(next(self.model.parameters()).dtype)
 
     # ---- requests ------------------------------------------------------------------------------
 

@@ -210,6 +210,7 @@ class InferenceService:
         return StreamOpening(prepared.audit_id, context.principal.tenant, prepared.content_mode, {
             "key_id": context.principal.key_id, "request_id": context.request_id, "endpoint": context.endpoint,
             "intent": context.intent, "domain": context.domain, "model_id": getattr(self.engine, "model_id", None),
+            "model_dtype": getattr(self.engine, "dtype", None),
         })
 
     @staticmethod
@@ -315,6 +316,7 @@ class InferenceService:
             gate_decisions=[d.to_dict() for d in prepared.input_gate.decisions + gate.decisions],
             gate_action=action, n_supported=counts["supported"], n_contradicted=counts["contradicted"],
             n_unverifiable=counts["unverifiable"], fer=gate.fer(), finish_reason=finish_reason, error=error,
+            details={"model_dtype": getattr(self.engine, "dtype", None)},
         )
 
     def _count(self, prepared: Prepared, gate: OutputGate, outcome: Outcome, generation: _Generation) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from auditor.gate.gate import GateDecision, Verification
 from auditor.serving.knowledge import KgConstraint
 from engine.async_engine import AsyncLLMEngine
+from engine.config import EngineConfig
 from engine.loader import generation_eos_ids, load_model_config
 from engine.processors.json_mode import JsonModeProcessor
 from engine.tokenizer import Tokenizer
@@ -31,8 +32,9 @@ def load_kgs(domains: Iterable[str]) -> dict[str, KnowledgeGraph]:
     return {domain: load_kg(domain) for domain in domains}
 
 
-def load_engine(path: Path, kgs: Mapping[str, KnowledgeGraph]) -> AsyncLLMEngine:
-    """The async engine for a checkpoint folder, with JSON mode and one KG-constraint processor for all domains."""
+def load_engine(path: Path, kgs: Mapping[str, KnowledgeGraph], *, dtype: str = "auto") -> AsyncLLMEngine:
+    """The async engine for a checkpoint folder, with JSON mode and one KG-constraint processor for all domains;
+    `dtype` as `EngineConfig.dtype`."""
     if not path.is_dir():
         raise EngineUnavailable(f"no model at {path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
     model_config = load_model_config(path)
@@ -43,7 +45,7 @@ def load_engine(path: Path, kgs: Mapping[str, KnowledgeGraph]) -> AsyncLLMEngine
         KGConstraintProcessor(tokenizer, vocab_size=model_config.vocab_size, eos_token_ids=tokenizer.eos_token_ids,
                               kgs=dict(kgs)),
     ]
-    return AsyncLLMEngine.from_pretrained(path, logits_processors=processors)
+    return AsyncLLMEngine.from_pretrained(path, EngineConfig(dtype=dtype), logits_processors=processors)
 
 
 class KgKnowledge:

@@ -90,5 +90,6 @@ def _recovered_record(audit_id: str, segments: list[Any]) -> NewRecord:
         domain=details.get("domain"), model_id=details.get("model_id"), content_mode=opening.content_mode,
         delivered_output=delivered, finish_reason="abort",
         error=f"stream interrupted before its record was written; {len(pieces)} committed segment(s) recovered",
-        details={"recovered_segments": [{"idx": s.idx, "sha256": s.text_sha256} for s in pieces]},
+        details={"recovered_segments": [{"idx": s.idx, "sha256": s.text_sha256} for s in pieces],
+                 "model_dtype": details.get("model_dtype")},
     )

@@ -4,7 +4,7 @@ Batch 32 (default) of random prompts decoded to a fixed length (ignore_eos) at t
 random-weight checkpoint; with `--tokenizer-from DIR` the checkpoint carries a released model's
 tokenizer (e.g. Qwen3's 151,669 ids padded to 151,680), so the sampler works over a real vocabulary.
 Each phase is timed inside `LLMEngine.step` by wrapping the runner, the processors and the sampler;
-`sampler_frac` is the sampler's share of the summed step time. The warm-up run is not counted.
+`sampler_share` is the sampler's share of the summed step time. The warm-up run is not counted.
 """
 
 from __future__ import annotations
@@ -78,7 +78,6 @@ def main() -> None:
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=0)
     parser.add_argument("--logprobs", type=int, default=None)
-    parser.add_argument("--dtype", default="float32", help="engine dtype (float32, bfloat16, auto)")
     args = setup(parser)
     scratch = Path(tempfile.mkdtemp(prefix="sampler-share-"))
     try:
@@ -97,10 +96,10 @@ def main() -> None:
     tokens = repeats * args.batch * args.max_tokens
     log(", ".join(f"{name} {value:.2f}s" for name, value in seconds.items()))
     emit({
-        "sampler_frac": round(seconds["sampler"] / step, 4),
-        "forward_frac": round(seconds["forward"] / step, 4),
-        "processors_frac": round(seconds["processors"] / step, 4),
-        "other_frac": round(1 - (seconds["sampler"] + seconds["forward"] + seconds["processors"]) / step, 4),
+        "sampler_share": round(seconds["sampler"] / step, 4),
+        "forward_share": round(seconds["forward"] / step, 4),
+        "processors_share": round(seconds["processors"] / step, 4),
+        "other_share": round(1 - (seconds["sampler"] + seconds["forward"] + seconds["processors"]) / step, 4),
         "step_s": round(step, 3),
         "sampler_s": round(seconds["sampler"], 3),
         "forward_s": round(seconds["forward"], 3),
@@ -109,7 +108,7 @@ def main() -> None:
         "tokens": tokens,
         "vocab_size": vocab,
         "tokenizer": str(args.tokenizer_from) if args.tokenizer_from else "synthetic 8k",
-        "dtype": str(next(engine.model.parameters()).dtype).removeprefix("torch."),
+        "dtype": engine.dtype,
         "batch": args.batch,
         "temperature": args.temperature,
         "top_p": args.top_p,

@@ -32,10 +32,9 @@ from knowledge_graphs.decoding.surface_guard import (
     advance_checked,
     advance_folded,
     end_violates,
-    fold,
 )
 from knowledge_graphs.decoding.trie import ROOT, EncodingIndex, TokenTrie, encode_forms
-from knowledge_graphs.decoding.vocab_guard import SurfaceGuard
+from knowledge_graphs.decoding.vocab_guard import SortedVocabulary, SurfaceGuard
 from knowledge_graphs.linking import MIN_FORM_CHARS
 from knowledge_graphs.model import KnowledgeGraph, normalise_alias
 
@@ -116,8 +115,9 @@ class DecodeState:
 class DomainMasks:
     def __init__(
         self, kg: KnowledgeGraph, types: Collection[str], tokenizer: Tokenizer, token_texts: Sequence[str],
-        eos_token_ids: Collection[int],
+        eos_token_ids: Collection[int], vocabulary: SortedVocabulary | None = None,
     ) -> None:
+        """vocabulary: `token_texts` folded and sorted, shared by every domain of one processor (built here if None)."""
         self.kg = kg
         self.types = frozenset(types)
         self.vocab_size = len(token_texts)
@@ -135,8 +135,9 @@ class DomainMasks:
         self.token_texts = token_texts
         self.forms_by_entity = forms_by_entity
         self.name_trie = NameTrie(forms)
-        self.guard = SurfaceGuard(self.name_trie, token_texts)
-        folded = [fold(t) for t in token_texts]
+        vocabulary = vocabulary or SortedVocabulary(token_texts)
+        self.guard = SurfaceGuard(self.name_trie, vocabulary)
+        folded = vocabulary.folded
         self.token_folded = folded
         self.has_word_chars = [f.strip() != "" for f in folded]
         self.index = EncodingIndex(encode_forms(tokenizer, forms_by_entity, self.has_word_chars))

@@ -41,33 +41,50 @@ MAX_LAZY_RECORDS = 100_000
 NO_IDS = np.zeros(0, dtype=np.int64)
 
 
+class SortedVocabulary:
+    """The vocabulary as the guard reads it, the same for every domain and so built once per processor:
+    each token's folded text, and per boundary flag the tokens sorted by the text they add after it."""
+
+    def __init__(self, token_texts: Sequence[str]) -> None:
+        self.folded = [fold(t) for t in token_texts]
+        # At a boundary a leading space of the token collapses into the previous one.
+        effective = {False: self.folded, True: [s[1:] if s.startswith(SPACE) else s for s in self.folded]}
+        self.sorted: dict[bool, list[str]] = {}
+        self.perm: dict[bool, np.ndarray] = {}     # sorted position -> token id
+        for boundary in (False, True):
+            order = sorted(range(len(token_texts)), key=effective[boundary].__getitem__)
+            self.sorted[boundary] = [effective[boundary][i] for i in order]
+            self.perm[boundary] = np.array(order, dtype=np.int64)
+        # tokens with a boundary after some word character: the only ones inside which a match can both
+        # start and close (a leading space only ends the text before the token)
+        self.inner_boundary = [token_id for token_id, text in enumerate(self.folded) if SPACE in text.lstrip(SPACE)]
+
+    def __len__(self) -> int:
+        return len(self.folded)
+
+
 class SurfaceGuard:
     """Per-state blocked token ids for one domain's name trie and one vocabulary."""
 
-    def __init__(self, trie: NameTrie, token_texts: Sequence[str], *, precompute_depth: int = PRECOMPUTE_DEPTH) -> None:
+    def __init__(self, trie: NameTrie, vocabulary: SortedVocabulary | Sequence[str], *,
+                 precompute_depth: int = PRECOMPUTE_DEPTH) -> None:
         self.trie = trie
-        self.vocab_size = len(token_texts)
-        folded = [fold(t) for t in token_texts]
-        # At a boundary a leading space of the token collapses into the previous one.
-        effective = {False: folded, True: [s[1:] if s.startswith(SPACE) else s for s in folded]}
-        self._sorted: dict[bool, list[str]] = {}
-        self._perm: dict[bool, np.ndarray] = {}     # sorted position -> token id
+        if not isinstance(vocabulary, SortedVocabulary):
+            vocabulary = SortedVocabulary(vocabulary)
+        self.vocab_size = len(vocabulary)
+        self._sorted = vocabulary.sorted
+        self._perm = vocabulary.perm
         # Closings that happen inside a token whatever came before (matches that start inside it).
         self._single_tok: dict[bool, np.ndarray] = {}
         self._single_node: dict[bool, np.ndarray] = {}
         self._multi: dict[bool, list[tuple[int, ClosingGroup]]] = {}
         for boundary in (False, True):
-            order = sorted(range(self.vocab_size), key=effective[boundary].__getitem__)
-            self._sorted[boundary] = [effective[boundary][i] for i in order]
-            self._perm[boundary] = np.array(order, dtype=np.int64)
             single_tok: list[int] = []
             single_node: list[int] = []
             multi: list[tuple[int, ClosingGroup]] = []
             start = GuardState(frozenset(), boundary)
-            for token_id, text in enumerate(folded):
-                if SPACE not in text:
-                    continue  # no boundary inside this token -> nothing can close inside it
-                for group in advance(trie, start, text)[1]:
+            for token_id in vocabulary.inner_boundary:
+                for group in advance(trie, start, vocabulary.folded[token_id])[1]:
                     if len(group) == 1:
                         single_tok.append(token_id)
                         single_node.append(group[0])

@@ -71,3 +71,19 @@ def test_detection_agrees_with_the_kernel_s_cpu_flags():
     assert feature is None or feature in flags
     if not flags & {"amx_bf16", "avx512_bf16", "bf16", "sve_bf16"}:
         assert feature is None
+
+
+def test_teacher_forced_answer_logprob_matches_transformers(tiny_llama):
+    """benchmarks.precision scores answers through the engine's own forward pass: the same numbers
+    transformers computes for the same checkpoint in fp32."""
+    transformers = pytest.importorskip("transformers")
+    from benchmarks.precision import answer_logprob
+
+    engine = LLMEngine.from_pretrained(tiny_llama, EngineConfig(dtype="float32", enable_prefix_caching=False))
+    prompt = engine.tokenizer.encode("The patient was prescribed")
+    answer = engine.tokenizer.encode(" 500 mg of amoxicillin twice daily.", add_special_tokens=False)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logprobs = torch.log_softmax(hf(torch.tensor([prompt + answer])).logits[0], -1)
+    expected = sum(float(logprobs[len(prompt) - 1 + i, token]) for i, token in enumerate(answer))
+    assert answer_logprob(engine, prompt, answer) == pytest.approx(expected, abs=1e-3)

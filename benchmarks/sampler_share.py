@@ -108,7 +108,7 @@ def main() -> None:
         "tokens": tokens,
         "vocab_size": vocab,
         "tokenizer": str(args.tokenizer_from) if args.tokenizer_from else "synthetic 8k",
-        "dtype": engine.dtype,
+        "dtype": str(next(engine.model.parameters()).dtype).removeprefix("torch."),
         "batch": args.batch,
         "temperature": args.temperature,
         "top_p": args.top_p,

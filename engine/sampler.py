@@ -24,6 +24,8 @@ from engine.sequence import Sequence
 # Inverse-CDF block width: block sums are one vectorised pass, then a cumulative sum runs over one
 # block per row instead of the whole vocabulary (a 152k-long cumsum is a slow sequential scan on CPU).
 BLOCK = 256
+# On CPU, rows are sampled a few at a time, as many as fit in this much cache (one 152k-wide fp32 row).
+CACHE_BYTES = 1 << 20
 
 # Sampling weights are exp(scaled logit - best). A token more than e^86 times less likely than the best
 # gets weight 0 (a masked token, at -inf, among them): such masses are below fp32's resolution of a
@@ -77,27 +79,40 @@ class Sampler:
         return SamplerOutput(token_ids, out_logprobs, {i for i, ok in enumerate(alive) if not ok})
 
     def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor]:
-        """One draw per row of [R, vocab] logits (edited in place): (token ids [R], row has a finite logit [R])."""
+        """One draw per row of [R, vocab] logits (edited in place into sampling weights): (token ids [R],
+        row has a finite logit [R]). On CPU the rows go through their passes a few at a time, so that
+        every pass after the first reads the rows from cache (a 152k-wide fp32 row is 0.6 MB)."""
         params = [s.params for s in seqs]
-        row_max = logits.amax(dim=-1, keepdim=True)                                   # [R, 1]
-        alive = row_max > float("-inf")                                               # NaN rows count as dead
+        rows, vocab = logits.shape
+        step = rows if logits.is_cuda else max(1, CACHE_BYTES // (vocab * logits.element_size()))
         temps = torch.tensor([p.temperature for p in params], device=logits.device)[:, None]
-        # shifted so each row's best is 0, then scaled: softmax-invariant, and exp() cannot overflow
-        logits.sub_(torch.where(alive, row_max, 0.0)).div_(temps)
-        for row, p in enumerate(params):
-            if 0 < p.top_k < logits.shape[1]:
-                _keep_top_k(logits[row], p.top_k)
-        # exp() of an input below about -87 (a denormal or zero result, -inf included) takes a slow path,
-        # 5-60x slower than the rest: clamp first, then zero everything that far below the best
-        weights = logits.clamp_(min=EXP_FLOOR).exp_()                                # [R, V], best = 1
-        F.threshold_(weights, NEGLIGIBLE_WEIGHT, 0.0)
-        # top-p renormalises over what top-k left, before min-p (the order of the sort-based filter)
-        top_p_rows = [(row, float(weights[row].sum())) for row, p in enumerate(params) if p.top_p < 1.0]
-        for row, p in enumerate(params):
-            if p.min_p > 0:  # drop p_i < min_p * p_max (p_max is 1 here): keep w > the float below min_p
-                F.threshold_(weights[row], _float_below(p.min_p, weights.dtype), 0.0)
-        tokens = draw(weights, self._uniforms(seqs, logits.device))
-        for row, total in top_p_rows:
+        alive = torch.empty(rows, 1, dtype=torch.bool, device=logits.device)
+        sums = torch.empty(rows, -(-vocab // BLOCK), dtype=logits.dtype, device=logits.device)
+        top_p_totals: dict[int, float] = {}
+        for start in range(0, rows, step):
+            end = min(rows, start + step)
+            part = logits[start:end]                                                  # a view: edited in place
+            best = part.amax(dim=-1, keepdim=True)                                    # [r, 1]
+            alive[start:end] = best > float("-inf")                                   # NaN rows count as dead
+            # shifted so each row's best is 0, then scaled: softmax-invariant, and exp() cannot overflow
+            part.sub_(torch.where(alive[start:end], best, 0.0)).div_(temps[start:end])
+            for row in range(start, end):
+                if 0 < params[row].top_k < vocab:
+                    _keep_top_k(logits[row], params[row].top_k)
+            # exp() of an input below about -87 (a denormal or zero result, -inf included) takes a slow
+            # path, 5-60x slower than the rest: clamp first, then zero everything that far below the best
+            part.clamp_(min=EXP_FLOOR).exp_()                                         # weights, best = 1
+            F.threshold_(part, NEGLIGIBLE_WEIGHT, 0.0)
+            for row in range(start, end):
+                p = params[row]
+                if p.top_p < 1.0:  # top-p renormalises over what top-k left, before min-p (the sort's order)
+                    top_p_totals[row] = float(logits[row].sum())
+                if p.min_p > 0:    # drop p_i < min_p * p_max (p_max is 1 here): keep w > the float below min_p
+                    F.threshold_(logits[row], _float_below(p.min_p, logits.dtype), 0.0)
+            sums[start:end] = block_sums(part)
+        weights = logits
+        tokens = draw(weights, self._uniforms(seqs, logits.device), sums)
+        for row, total in top_p_totals.items():
             if alive[row]:
                 tokens[row] = self._accept_top_p(weights[row], int(tokens[row]), params[row].top_p * total, seqs[row])
         return tokens, alive.squeeze(1)
@@ -161,20 +176,27 @@ class Sampler:
             logits[index] -= freq * counts + pres * (counts > 0).float()
 
 
-def draw(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+def block_sums(weights: torch.Tensor) -> torch.Tensor:
+    """[R, V] -> [R, ceil(V / BLOCK)]: the weight of each BLOCK-wide run of token ids."""
+    vocab = weights.shape[1]
+    full = vocab // BLOCK
+    sums = weights[:, : full * BLOCK].unflatten(1, (full, BLOCK)).sum(-1)                   # [R, full]
+    if vocab % BLOCK:
+        sums = torch.cat([sums, weights[:, full * BLOCK :].sum(-1, keepdim=True)], dim=1)
+    return sums
+
+
+def draw(weights: torch.Tensor, uniforms: torch.Tensor, sums: torch.Tensor | None = None) -> torch.Tensor:
     """Inverse-CDF sampling: per row, the token whose cumulative weight first exceeds u * total.
 
-    weights [R, V] >= 0 (unnormalised), uniforms [R] float64 in [0, 1) -> token ids [R]. A token of
-    weight 0 is never drawn while its row has any positive weight. Two levels: sums of BLOCK-wide
-    blocks locate the block, a cumulative sum inside that block alone locates the token.
+    weights [R, V] >= 0 (unnormalised), uniforms [R] float64 in [0, 1) -> token ids [R]; sums: their
+    `block_sums`, if already known. A token of weight 0 is never drawn while its row has any positive
+    weight. Two levels: the block sums locate the block, a cumulative sum inside that block alone
+    locates the token.
     """
-    rows, vocab = weights.shape
+    vocab = weights.shape[1]
     device = weights.device
-    full = vocab // BLOCK
-    block_sums = weights[:, : full * BLOCK].unflatten(1, (full, BLOCK)).sum(-1)           # [R, full]
-    if vocab % BLOCK:
-        block_sums = torch.cat([block_sums, weights[:, full * BLOCK :].sum(-1, keepdim=True)], dim=1)
-    cum = block_sums.cumsum(-1, dtype=torch.float64)                                      # [R, blocks]
+    cum = (block_sums(weights) if sums is None else sums).cumsum(-1, dtype=torch.float64)   # [R, blocks]
     target = (uniforms * cum[:, -1])[:, None]                                             # [R, 1]
     block = torch.searchsorted(cum, target, right=True).clamp_(max=cum.shape[1] - 1)     # [R, 1]
     before = torch.where(block > 0, cum.gather(1, (block - 1).clamp(min=0)), 0.0)         # mass of earlier blocks

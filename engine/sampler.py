@@ -95,7 +95,9 @@ class Sampler:
             best = part.amax(dim=-1, keepdim=True)                                    # [r, 1]
             alive[start:end] = best > float("-inf")                                   # NaN rows count as dead
             # shifted so each row's best is 0, then scaled: softmax-invariant, and exp() cannot overflow
-            part.sub_(torch.where(alive[start:end], best, 0.0)).div_(temps[start:end])
+            part.sub_(torch.where(alive[start:end], best, 0.0))
+            if any(params[row].temperature != 1.0 for row in range(start, end)):
+                part.div_(temps[start:end])
             for row in range(start, end):
                 if 0 < params[row].top_k < vocab:
                     _keep_top_k(logits[row], params[row].top_k)

@@ -198,7 +198,7 @@ def _run(args: argparse.Namespace, kg: KnowledgeGraph, work: list[tuple[str, lis
     engines = _load_engines(kg, work, ckpt, args)
     load = _Workload.of(work, engines.tokenizer)
     repeats = args.repeats or 5
-    regimes = _throughput_runs(kg, engines, load, repeats)
+    regimes, new_set_changed = _throughput_runs(kg, engines, load, repeats)
     outputs = _violation_runs(engines, load)
     linker = EntityLinker(kg, types=DOMAIN_DEFAULTS[DOMAIN].types)
     rate_on, mentions_on = violation_rate(linker, [o.text for o in outputs["on"]], load.allowed)
@@ -222,6 +222,7 @@ def _run(args: argparse.Namespace, kg: KnowledgeGraph, work: list[tuple[str, lis
         "mentions_constrained": mentions_on,
         "mentions_unconstrained": mentions_off,
         "kg_events_constrained": sum(len(o.events) for o in outputs["on"]),
+        "new_set_changed_outputs": new_set_changed,
         "finish_reasons_constrained": sorted({o.finish_reason or "" for o in outputs["on"]}),
         "surface_forms": surface_forms,
         "kg_version": kg.version,
@@ -323,14 +324,17 @@ def _violation_runs(engines: _Engines, load: _Workload) -> dict[str, list[Reques
 Regime = tuple[list[dict[str, float]], list[float]]   # seconds per engine per run, per-row mask microseconds
 
 
-def _throughput_runs(kg: KnowledgeGraph, engines: _Engines, load: _Workload, repeats: int) -> dict[str, Regime]:
+def _throughput_runs(kg: KnowledgeGraph, engines: _Engines, load: _Workload, repeats: int,
+                     ) -> tuple[dict[str, Regime], int]:
     """Fixed-length runs, off and on stepping in turn (`step_in_turn`: drifts in this shared machine's speed
     hit both alike), in three regimes, in this order:
     - cold: the first constrained run after start-up (one run: there is only one first time);
     - new_set: each run widens every allowed set by another unrelated entity, so every request brings an
       allowed set not seen before (views and masks built afresh, the domain's walk records warm);
     - warm: the prompts again, every decoding state's mask already cached.
-    A widened allowed set must not change the outputs."""
+    Also: how many constrained outputs of the new_set runs differ from the cold run's. An extra allowed
+    entity may legitimately steer differently where its names share a beginning with what is written
+    ("Perioperative pain ..." opens a live path at " Po"); the work stays the same length either way."""
     kg_processor = engines.kg_processor
     unrelated = _unrelated_entities(kg, load.allowed, repeats)
 
@@ -347,11 +351,12 @@ def _throughput_runs(kg: KnowledgeGraph, engines: _Engines, load: _Workload, rep
     cold_seconds, cold_us, cold_texts = run("cold")
     new_set: list[dict[str, float]] = []
     new_set_us: list[float] = []
+    changed = 0
     for repeat, entity in enumerate(unrelated):
         seconds, mask_us, texts = run(f"new_set{repeat}", entity)
         new_set.append(seconds)
         new_set_us += mask_us
-        assert texts == cold_texts, "an unrelated allowed entity changed the output"
+        changed += sum(a != b for a, b in zip(texts, cold_texts, strict=True))
     warm: list[dict[str, float]] = []
     warm_us: list[float] = []
     for repeat in range(repeats):
@@ -359,7 +364,7 @@ def _throughput_runs(kg: KnowledgeGraph, engines: _Engines, load: _Workload, rep
         warm.append(seconds)
         warm_us += mask_us
     return {"cold": ([cold_seconds], sorted(cold_us)), "new_set": (new_set, sorted(new_set_us)),
-            "warm": (warm, sorted(warm_us))}
+            "warm": (warm, sorted(warm_us))}, changed
 
 
 if __name__ == "__main__":

@@ -43,24 +43,48 @@ NO_IDS = np.zeros(0, dtype=np.int64)
 
 class SortedVocabulary:
     """The vocabulary as the guard reads it, the same for every domain and so built once per processor:
-    each token's folded text, and per boundary flag the tokens sorted by the text they add after it."""
+    each token's folded text, and per boundary flag the tokens sorted by the text they add after it
+    (sorted on first use: a guard read back from the index cache brings its own copy, `share_vocabulary`)."""
 
     def __init__(self, token_texts: Sequence[str]) -> None:
         self.folded = [fold(t) for t in token_texts]
-        # At a boundary a leading space of the token collapses into the previous one.
-        effective = {False: self.folded, True: [s[1:] if s.startswith(SPACE) else s for s in self.folded]}
-        self.sorted: dict[bool, list[str]] = {}
-        self.perm: dict[bool, np.ndarray] = {}     # sorted position -> token id
-        for boundary in (False, True):
-            order = sorted(range(len(token_texts)), key=effective[boundary].__getitem__)
-            self.sorted[boundary] = [effective[boundary][i] for i in order]
-            self.perm[boundary] = np.array(order, dtype=np.int64)
         # tokens with a boundary after some word character: the only ones inside which a match can both
         # start and close (a leading space only ends the text before the token)
         self.inner_boundary = [token_id for token_id, text in enumerate(self.folded) if SPACE in text.lstrip(SPACE)]
+        self._sorted: dict[bool, list[str]] | None = None
+        self._perm: dict[bool, np.ndarray] | None = None     # sorted position -> token id
 
     def __len__(self) -> int:
         return len(self.folded)
+
+    @property
+    def sorted(self) -> dict[bool, list[str]]:
+        if self._sorted is None:
+            self._sort()
+        return self._sorted  # type: ignore[return-value]
+
+    @property
+    def perm(self) -> dict[bool, np.ndarray]:
+        if self._perm is None:
+            self._sort()
+        return self._perm  # type: ignore[return-value]
+
+    @property
+    def is_sorted(self) -> bool:
+        return self._sorted is not None
+
+    def adopt(self, sorted_texts: dict[bool, list[str]], perm: dict[bool, np.ndarray]) -> None:
+        """Take an equal ordering built elsewhere (a cached guard's) instead of sorting again."""
+        self._sorted, self._perm = sorted_texts, perm
+
+    def _sort(self) -> None:
+        # At a boundary a leading space of the token collapses into the previous one.
+        effective = {False: self.folded, True: [s[1:] if s.startswith(SPACE) else s for s in self.folded]}
+        self._sorted, self._perm = {}, {}
+        for boundary in (False, True):
+            order = sorted(range(len(self.folded)), key=effective[boundary].__getitem__)
+            self._sorted[boundary] = [effective[boundary][i] for i in order]
+            self._perm[boundary] = np.array(order, dtype=np.int64)
 
 
 class SurfaceGuard:
@@ -69,9 +93,12 @@ class SurfaceGuard:
     def __init__(self, trie: NameTrie, vocabulary: SortedVocabulary | Sequence[str], *,
                  precompute_depth: int = PRECOMPUTE_DEPTH) -> None:
         self.trie = trie
+        self.vocab_size = len(vocabulary)
+        # memo bounds (entries); DomainMasks sets them from its CacheLimits
+        self.max_memo = MAX_LAZY_RECORDS      # shared results and deeper walk records, per domain
+        self.max_walks = 50_000               # carrier walks, per allowed set
         if not isinstance(vocabulary, SortedVocabulary):
             vocabulary = SortedVocabulary(vocabulary)
-        self.vocab_size = len(vocabulary)
         self._sorted = vocabulary.sorted
         self._perm = vocabulary.perm
         # Closings that happen inside a token whatever came before (matches that start inside it).
@@ -103,6 +130,15 @@ class SurfaceGuard:
             for node in frontier:
                 boundary = trie.char(node) == SPACE
                 self._records[node, boundary] = walk_records(trie, self._sorted[boundary], node)
+
+    def share_vocabulary(self, vocabulary: SortedVocabulary) -> None:
+        """Hold the processor's one copy of the sorted vocabulary instead of this guard's own (a guard read
+        back from the index cache unpickles a copy per domain; the cache key pins the same tokenizer)."""
+        assert len(vocabulary) == self.vocab_size
+        if vocabulary.is_sorted:
+            self._sorted, self._perm = vocabulary.sorted, vocabulary.perm
+        else:
+            vocabulary.adopt(self._sorted, self._perm)
 
     def static_blocked(self, boundary: bool, allowed: AllowedNodes) -> np.ndarray:
         """bool [vocab]: tokens that close a forbidden name inside themselves."""
@@ -139,14 +175,14 @@ class SurfaceGuard:
             if ids is None:
                 found = evaluate([self.records(n, state.boundary) for n in state.nodes], allowed)
                 if found is not None:   # None: an obligation may open, the walk below decides
-                    if len(self._shared) >= MAX_LAZY_RECORDS:
+                    if len(self._shared) >= self.max_memo:
                         self._shared.clear()
                     ids = self._shared[key] = (ranges_to_ids(found[0], perm), ranges_to_ids(found[1], perm))
             if ids is not None:
                 return ids[0], ids[1] if dead_words else NO_IDS
         walked = allowed.walks.get(state)
         if walked is None:
-            if len(allowed.walks) > 50_000:
+            if len(allowed.walks) > self.max_walks:
                 allowed.walks.clear()
             walked = allowed.walks[state] = self._walk(state, allowed)
         guard_ranges, dead_ranges = (np.array(r, dtype=np.int64).reshape(-1, 2) for r in walked)
@@ -157,7 +193,7 @@ class SurfaceGuard:
         key = (node, boundary)
         found = self._records.get(key) or self._lazy_records.get(key)
         if found is None:
-            if len(self._lazy_records) >= MAX_LAZY_RECORDS:
+            if len(self._lazy_records) >= self.max_memo:
                 self._lazy_records.clear()
             found = self._lazy_records[key] = walk_records(self.trie, self._sorted[boundary], node)
         return found

@@ -81,7 +81,8 @@ def test_engine_dtype_setting_reaches_the_engine(tiny_checkpoint: Path, monkeypa
 
     monkeypatch.setenv("AUDITOR_ENGINE_DTYPE", "float32")
     settings = Settings()
-    engine = runtime.load_engine(tiny_checkpoint, {"medical": tiny_medical_kg()}, dtype=settings.engine_dtype)
+    config = runtime.engine_options(settings)["config"]   # what the app and the engine-core process build from
+    engine = runtime.load_engine(tiny_checkpoint, {"medical": tiny_medical_kg()}, config=config)
     assert engine.dtype == "float32"
     monkeypatch.setenv("AUDITOR_ENGINE_DTYPE", "int4")
     with pytest.raises(ValidationError, match="engine_dtype"):

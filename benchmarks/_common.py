@@ -44,6 +44,17 @@ def random_prompt(rng: torch.Generator, length: int, low: int = 3, high: int = 8
     return torch.randint(low, high, (length,), generator=rng).tolist()
 
 
+def rss_mb() -> float:
+    """This process's resident memory now, in MB (Linux /proc; elsewhere the peak, from getrusage)."""
+    statm = Path("/proc/self/statm")
+    if statm.is_file():
+        return round(int(statm.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
+    import resource  # noqa: PLC0415 - Unix only
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)
+
+
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     start = time.perf_counter()
     result = fn()
@@ -54,8 +65,8 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def parse_args(description: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=description)
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    """--json, --repeats and --threads, as every benchmark takes them."""
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats (default per benchmark)")
     parser.add_argument(
@@ -63,9 +74,23 @@ def parse_args(description: str) -> argparse.Namespace:
         help="torch CPU threads for every contender (default 1: on a shared machine, multi-threaded "
              "torch spin-waits under oversubscription and timings swing tenfold)",
     )
+    parser.add_argument(
+        "--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+        help="engine dtype (default auto, as the service runs: bf16 on a CPU with AMX or AVX512-BF16)",
+    )
+
+
+def setup(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """Parse the arguments and apply --threads."""
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     return args
+
+
+def parse_args(description: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    add_common_args(parser)
+    return setup(parser)
 
 
 def emit(result: dict[str, Any], as_json: bool) -> None:
@@ -81,15 +106,19 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def step_in_turn(engines: dict[str, tuple[Any, Sequence[Any]]], prompts: Sequence[Any], tag: str) -> dict[str, float]:
+def step_in_turn(engines: dict[str, tuple[Any, Sequence[Any]]], prompts: Sequence[Any], tag: str,
+                 finished: dict[str, list[Any]] | None = None) -> dict[str, float]:
     """Every engine decodes `prompts` (with its own per-prompt sampling params), one step each in
     turn, the engine that goes first rotating: seconds spent per engine. Stepping in turn makes
-    drifts in this shared machine's speed hit every engine alike."""
+    drifts in this shared machine's speed hit every engine alike. `finished`, if given, receives each
+    engine's final outputs in prompt order."""
+    request_ids = {name: [f"{tag}-{name}-{i}" for i in range(len(prompts))] for name in engines}
     for name, (engine, params) in engines.items():
-        for i, (prompt, request_params) in enumerate(zip(prompts, params, strict=True)):
-            engine.add_request(f"{tag}-{name}-{i}", prompt, request_params)
+        for request_id, prompt, request_params in zip(request_ids[name], prompts, params, strict=True):
+            engine.add_request(request_id, prompt, request_params)
     names = list(engines)
     seconds = dict.fromkeys(names, 0.0)
+    final: dict[str, Any] = {}
     turn = 0
     while any(engine.has_unfinished() for engine, _ in engines.values()):
         shift = turn % len(names)
@@ -97,7 +126,11 @@ def step_in_turn(engines: dict[str, tuple[Any, Sequence[Any]]], prompts: Sequenc
             engine = engines[name][0]
             if engine.has_unfinished():
                 start = time.perf_counter()
-                engine.step()
+                outputs = engine.step()
                 seconds[name] += time.perf_counter() - start
+                final.update((out.request_id, out) for out in outputs if out.finished)
         turn += 1
+    if finished is not None:
+        for name in names:
+            finished[name] = [final[request_id] for request_id in request_ids[name]]
     return seconds

@@ -126,7 +126,7 @@ def hallucination_runs(path: Path, rows: list[dict[str, Any]], args: argparse.Na
     greedy: dict[str, list[list[int]]] = {}
     outputs: dict[str, list[Any]] = {}
     for dtype in DTYPES:
-        engine = halu.load_engine(path, kgs, args.threads, dtype)
+        engine = halu.load_engine(path, kgs, args.threads, kv_cache_dtype=dtype)
         chat = [engine.tokenizer.apply_chat_template([{"role": "user", "content": row["prompt"]}]) for row in rows]
         greedy_params = [SamplingParams(temperature=0, max_tokens=args.max_tokens,
                                         extra_args={"kg_constraint": c} if c else {}) for c in constraints]

@@ -7,19 +7,24 @@ EOS once the plan is spent. Without the KG constraint the model follows the plan
 forbidden names; with it, each forbidden name is blocked wherever it starts. Outputs are linked
 with the exact linker (drug and condition types) to count mentions outside each request's allowed
 set (the anchors named in the prompt plus their neighbourhood, `allowed_entities`).
-Violations are counted on runs that end by EOS; decode throughput (generated tokens / wall time,
-constraint off vs on, the two engines stepping in turn, median of the repeats' ratios) on
-fixed-length runs (ignore_eos), so both sides decode the same batch shapes.
-Mask cost: wall time of KGConstraintProcessor.apply per call divided by the rows it constrained
-(the audit event naming what a blocked favourite token headed for is built later, in
-accept_token, once per intervention), in three regimes:
-- mask_us_p50/p99: the timed runs, every decoding state's mask already cached by the warm-up (a
-  server seeing the same allowed sets again);
-- mask_us_p50_new_set/p99_new_set: the prompts again, each allowed set widened by one unrelated
-  entity, so every mask is computed afresh while the per-domain walk records are warm (a server
-  whose requests each bring a new allowed set);
-- mask_us_p50_cold/p99_cold: the first constrained run after start-up, nothing computed yet
-  beyond what registration precomputes.
+Violations are counted on runs that end by EOS. Decode throughput is measured on fixed-length runs
+(ignore_eos), so both sides decode the same batch shapes, with the engines without and with the
+constraint stepping in turn; `time_overhead_frac` is the constrained engine's extra decode time,
+on / off - 1 (median over runs), and `on_tok_s`/`off_tok_s` the throughputs. Three regimes, in the
+order they run (each key without a suffix is the warm regime):
+- `_cold`: the first constrained run after start-up, nothing computed yet beyond what registration
+  precomputes (one run: there is only one first time);
+- `_new_set`: every allowed set widened by an unrelated entity, another one per run, so every
+  request brings an allowed set not seen before: views and masks are built afresh while the
+  per-domain walk records are warm (a server whose requests each bring a new allowed set);
+- warm: the same requests again, every decoding state's mask already cached (a server seeing the
+  same allowed sets again).
+Mask cost (`mask_us_p50/p99` per regime): wall time of KGConstraintProcessor.apply per call divided
+by the rows it constrained (the audit event naming what a blocked favourite token headed for is
+built later, in accept_token, once per intervention).
+`--tokenizer-from DIR` puts a released model's tokenizer (e.g. Qwen3's 151k, Llama 3's 128k ids) on
+the random-weight checkpoint; `register_s` and the `rss_mb_*` keys say what building the constraint
+for the domain costs at that vocabulary.
 """
 
 from __future__ import annotations
@@ -37,13 +42,14 @@ from pathlib import Path
 
 import torch
 
-from benchmarks._common import emit, log, median, parse_args, step_in_turn
+from benchmarks._common import add_common_args, emit, log, median, rss_mb, setup, step_in_turn
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
+from engine.loader import generation_eos_ids, load_model_config
 from engine.outputs import RequestOutput
 from engine.processors.logits_process import LogitsProcessor
 from engine.sampling_params import SamplingParams
-from engine.synthetic import write_tiny_checkpoint
+from engine.synthetic import write_checkpoint_with_tokenizer, write_tiny_checkpoint
 from engine.tokenizer import Tokenizer
 from knowledge_graphs import load_kg
 from knowledge_graphs.decoding.constraint import DOMAIN_DEFAULTS, KGConstraintProcessor, allowed_entities
@@ -145,11 +151,11 @@ def build_workload(kg: KnowledgeGraph, seed: int) -> list[tuple[str, list[str], 
     return work
 
 
-def _unrelated_entity(kg: KnowledgeGraph, allowed: Sequence[Sequence[str]]) -> str:
-    """A constrained entity outside every request's allowed set, with a long name the plans never write."""
+def _unrelated_entities(kg: KnowledgeGraph, allowed: Sequence[Sequence[str]], count: int) -> list[str]:
+    """Constrained entities outside every request's allowed set, with long names the plans never write."""
     used = {i for ids in allowed for i in ids}
-    return next(e.id for e in sorted(kg.entities("condition"), key=lambda e: e.id)
-                if e.id not in used and len(e.name) > 30)
+    found = [e.id for e in sorted(kg.entities("condition"), key=lambda e: e.id) if e.id not in used and len(e.name) > 30]
+    return found[:count]
 
 
 def _p99(values: Sequence[float]) -> float:
@@ -167,7 +173,12 @@ def violation_rate(linker: EntityLinker, texts: Sequence[str], allowed: Sequence
 
 
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_args(parser)
+    parser.add_argument("--tokenizer-from", type=Path, default=None,
+                        help="folder with a released model's tokenizer.json and tokenizer_config.json, used on a "
+                             "random-weight checkpoint (default: a 4k BPE tokenizer trained on the plan texts)")
+    args = setup(parser)
     started = time.perf_counter()
     kg = load_kg(DOMAIN)
     types = DOMAIN_DEFAULTS[DOMAIN].types
@@ -184,40 +195,46 @@ def main() -> None:
 
 def _run(args: argparse.Namespace, kg: KnowledgeGraph, work: list[tuple[str, list[str], str]], ckpt: Path,
          surface_forms: int) -> None:
-    engines = _load_engines(kg, work, ckpt)
+    engines = _load_engines(kg, work, ckpt, args)
     load = _Workload.of(work, engines.tokenizer)
-    outputs, cold_us, new_set_us = _violation_runs(kg, engines, load)
     repeats = args.repeats or 5
-    timed, new_states, per_row_us = _throughput_runs(engines, load, repeats)
-    tokens = BATCH * load.longest   # fixed length: every request decodes `longest` tokens
-    tok_s = {name: [tokens / seconds[name] for seconds in timed] for name in ("off", "on")}
+    regimes, new_set_changed = _throughput_runs(kg, engines, load, repeats)
+    outputs = _violation_runs(engines, load)
     linker = EntityLinker(kg, types=DOMAIN_DEFAULTS[DOMAIN].types)
     rate_on, mentions_on = violation_rate(linker, [o.text for o in outputs["on"]], load.allowed)
     rate_off, mentions_off = violation_rate(linker, [o.text for o in outputs["off"]], load.allowed)
-    events = sum(len(o.events) for o in outputs["on"])
+    tokens = BATCH * load.longest   # fixed length: every request decodes `longest` tokens
+    result: dict = {}
+    for regime in ("warm", "new_set", "cold"):
+        timed, mask_us = regimes[regime]
+        suffix = "" if regime == "warm" else f"_{regime}"
+        result |= {
+            f"time_overhead_frac{suffix}": round(median([t["on"] / t["off"] for t in timed]) - 1, 4),
+            f"on_tok_s{suffix}": round(median([tokens / t["on"] for t in timed]), 1),
+            f"off_tok_s{suffix}": round(median([tokens / t["off"] for t in timed]), 1),
+            f"mask_us_p50{suffix}": round(statistics.median(mask_us), 2),
+            f"mask_us_p99{suffix}": _p99(mask_us),
+        }
     emit({
-        "overhead_frac": round(1 - median([t["off"] / t["on"] for t in timed]), 4),
-        "mask_us_p50": round(statistics.median(per_row_us), 2),
-        "mask_us_p99": _p99(per_row_us),
-        "mask_us_p50_new_set": round(statistics.median(new_set_us), 2),
-        "mask_us_p99_new_set": _p99(new_set_us),
-        "mask_us_p50_cold": round(statistics.median(cold_us), 2),
-        "mask_us_p99_cold": _p99(cold_us),
+        **result,
         "violation_rate_constrained": round(rate_on, 4),
         "violation_rate_unconstrained": round(rate_off, 4),
         "mentions_constrained": mentions_on,
         "mentions_unconstrained": mentions_off,
-        "kg_events_constrained": events,
-        "mask_cache_misses_timed": new_states,
-        "apply_calls_timed": len(engines.kg_processor.calls),
+        "kg_events_constrained": sum(len(o.events) for o in outputs["on"]),
+        "new_set_changed_outputs": new_set_changed,
         "finish_reasons_constrained": sorted({o.finish_reason or "" for o in outputs["on"]}),
-        "off_tok_s": round(median(tok_s["off"]), 1),
-        "on_tok_s": round(median(tok_s["on"]), 1),
         "surface_forms": surface_forms,
         "kg_version": kg.version,
         "register_s": round(engines.register_s, 2),
-        "batch": BATCH,
+        "rss_mb_before_register": engines.rss_mb[0],
+        "rss_mb_after_register": engines.rss_mb[1],
+        "rss_mb_end": rss_mb(),
+        "tokenizer": str(args.tokenizer_from) if args.tokenizer_from else "bpe-4k trained on the plans",
         "vocab_size": engines.vocab,
+        "dtype": engines.on.dtype,
+        "batch": BATCH,
+        "steps_per_run": load.longest,
         "repeats": repeats,
         "torch_threads": torch.get_num_threads(),
         "sample_constrained": outputs["on"][0].text,
@@ -233,28 +250,43 @@ class _Engines:
     tokenizer: Tokenizer
     vocab: int
     register_s: float                   # seconds to build the constraint for the domain
+    rss_mb: tuple[float, float]         # resident memory before and after building it
 
 
-def _load_engines(kg: KnowledgeGraph, work: list[tuple[str, list[str], str]], ckpt: Path) -> _Engines:
-    """Write the benchmark checkpoint and load it twice, constraint off and on."""
+def _write_checkpoint(kg: KnowledgeGraph, work: list[tuple[str, list[str], str]], ckpt: Path,
+                      tokenizer_from: Path | None) -> None:
+    shape = dict(hidden_size=256, intermediate_size=768, num_layers=6, num_heads=8, num_kv_heads=4,
+                 tie_word_embeddings=True, init_std=0.05)
+    if tokenizer_from is not None:
+        write_checkpoint_with_tokenizer(ckpt, tokenizer_from, **shape)  # type: ignore[arg-type]
+        return
     # the tokenizer learns the plan texts' words, so names tokenize like a real model's would
     texts = [p for p, _, plan in work for p in (p, plan)] + _names(kg, sorted(e.id for e in kg.entities("drug")))[:3000]
-    write_tiny_checkpoint(ckpt, vocab_from_texts=texts, vocab_size=4096, hidden_size=256, intermediate_size=768,
-                          num_layers=6, num_heads=8, num_kv_heads=4, model_vocab_size=8192, tie_word_embeddings=True,
-                          init_std=0.05)
-    config = EngineConfig(max_num_seqs=BATCH)
-    off = LLMEngine.from_pretrained(ckpt, config, [EntityPlan([])])
-    tokenizer = off.tokenizer
-    vocab = off.model.config.vocab_size
+    write_tiny_checkpoint(ckpt, vocab_from_texts=texts, vocab_size=4096, model_vocab_size=8192, **shape)  # type: ignore[arg-type]
+
+
+def _load_engines(kg: KnowledgeGraph, work: list[tuple[str, list[str], str]], ckpt: Path,
+                  args: argparse.Namespace) -> _Engines:
+    """Write the benchmark checkpoint and load it twice, constraint off and on."""
+    _write_checkpoint(kg, work, ckpt, args.tokenizer_from)
+    config = EngineConfig(max_num_seqs=BATCH, dtype=args.dtype)
+    model_config = load_model_config(ckpt)
+    eos_ids = list(dict.fromkeys(generation_eos_ids(ckpt) + model_config.eos_token_ids))
+    tokenizer = Tokenizer.from_dir(ckpt, eos_ids)
+    vocab = model_config.vocab_size
     eos = tokenizer.eos_token_ids
     off = LLMEngine.from_pretrained(ckpt, config, [EntityPlan(eos)])
+    gc.collect()
+    rss_before = rss_mb()
     start = time.perf_counter()
     kg_processor = TimedKGConstraint(tokenizer, vocab_size=vocab, eos_token_ids=eos, kgs={DOMAIN: kg})
     register_s = time.perf_counter() - start
+    gc.collect()
+    rss_after = rss_mb()
     on = LLMEngine.from_pretrained(ckpt, config, [EntityPlan(eos), kg_processor])
     gc.freeze()   # as the service does once loaded (auditor.app): long-lived KG data out of the GC's scans
-    log(f"constraint registered in {register_s:.1f}s; vocab {vocab}")
-    return _Engines(off, on, kg_processor, tokenizer, vocab, register_s)
+    log(f"constraint registered in {register_s:.1f}s (RSS {rss_before:.0f} -> {rss_after:.0f} MB); vocab {vocab}")
+    return _Engines(off, on, kg_processor, tokenizer, vocab, register_s, (rss_before, rss_after))
 
 
 @dataclass(slots=True)
@@ -283,40 +315,56 @@ class _Workload:
         return out
 
 
-def _violation_runs(kg: KnowledgeGraph, engines: _Engines, load: _Workload,
-                    ) -> tuple[dict[str, list[RequestOutput]], list[float], list[float]]:
-    """Runs that end by EOS (the guarantee's premise): outputs off and on, and the per-row mask
-    microseconds of the first constrained run (every state new) and of one with every allowed set
-    widened by an unrelated entity (fresh mask caches, warm walk records), which must not change
-    the outputs."""
-    kg_processor = engines.kg_processor
-    outputs = {"off": engines.off.generate(load.prompts, load.params(False, False)),
-               "on": engines.on.generate(load.prompts, load.params(True, False))}
-    cold_us = sorted(1e6 * seconds / rows for seconds, rows in kg_processor.calls)
-    kg_processor.calls.clear()
-    widened = engines.on.generate(load.prompts, load.params(True, False, extra_entity=_unrelated_entity(kg, load.allowed)))
-    new_set_us = sorted(1e6 * seconds / rows for seconds, rows in kg_processor.calls)
-    kg_processor.calls.clear()
-    assert [o.text for o in widened] == [o.text for o in outputs["on"]], "an unrelated allowed entity changed the output"
-    return outputs, cold_us, new_set_us
+def _violation_runs(engines: _Engines, load: _Workload) -> dict[str, list[RequestOutput]]:
+    """Runs that end by EOS (the guarantee's premise): the outputs off and on."""
+    return {"off": engines.off.generate(load.prompts, load.params(False, False)),
+            "on": engines.on.generate(load.prompts, load.params(True, False))}
 
 
-def _throughput_runs(engines: _Engines, load: _Workload, repeats: int) -> tuple[list[dict[str, float]], int, list[float]]:
-    """Fixed-length runs, off and on stepping in turn after a warm-up that fills the mask cache:
-    seconds per engine per repeat, mask cache misses and per-row mask microseconds of the timed runs."""
+Regime = tuple[list[dict[str, float]], list[float]]   # seconds per engine per run, per-row mask microseconds
+
+
+def _throughput_runs(kg: KnowledgeGraph, engines: _Engines, load: _Workload, repeats: int,
+                     ) -> tuple[dict[str, Regime], int]:
+    """Fixed-length runs, off and on stepping in turn (`step_in_turn`: drifts in this shared machine's speed
+    hit both alike), in three regimes, in this order:
+    - cold: the first constrained run after start-up (one run: there is only one first time);
+    - new_set: each run widens every allowed set by another unrelated entity, so every request brings an
+      allowed set not seen before (views and masks built afresh, the domain's walk records warm);
+    - warm: the prompts again, every decoding state's mask already cached.
+    Also: how many constrained outputs of the new_set runs differ from the cold run's. An extra allowed
+    entity may legitimately steer differently where its names share a beginning with what is written
+    ("Perioperative pain ..." opens a live path at " Po"); the work stays the same length either way."""
     kg_processor = engines.kg_processor
-    contenders = {"off": (engines.off, load.params(False, True)), "on": (engines.on, load.params(True, True))}
-    tokens = BATCH * load.longest
-    step_in_turn(contenders, load.prompts, "warmup")   # first visits of decoding states fill the mask cache
-    kg_processor.calls.clear()
-    cached_before = _cached_masks(kg_processor)
-    # the engines step in turn (`step_in_turn`), so drifts in this shared machine's speed hit both alike
-    timed = [step_in_turn(contenders, load.prompts, f"r{repeat}") for repeat in range(repeats)]
-    for repeat, seconds in enumerate(timed):
-        log(f"[{repeat}] off {tokens / seconds['off']:.0f} tok/s, on {tokens / seconds['on']:.0f} tok/s")
-    new_states = _cached_masks(kg_processor) - cached_before
-    per_row_us = sorted(1e6 * seconds / rows for seconds, rows in kg_processor.calls)
-    return timed, new_states, per_row_us
+    unrelated = _unrelated_entities(kg, load.allowed, repeats)
+
+    def run(tag: str, extra_entity: str | None = None) -> tuple[dict[str, float], list[float], list[str]]:
+        contenders = {"off": (engines.off, load.params(False, True)),
+                      "on": (engines.on, load.params(True, True, extra_entity))}
+        kg_processor.calls.clear()
+        finished: dict[str, list[RequestOutput]] = {}
+        seconds = step_in_turn(contenders, load.prompts, tag, finished)
+        log(f"[{tag}] off {BATCH * load.longest / seconds['off']:.0f} tok/s, "
+            f"on {BATCH * load.longest / seconds['on']:.0f} tok/s")
+        return seconds, [1e6 * s / rows for s, rows in kg_processor.calls], [o.text for o in finished["on"]]
+
+    cold_seconds, cold_us, cold_texts = run("cold")
+    new_set: list[dict[str, float]] = []
+    new_set_us: list[float] = []
+    changed = 0
+    for repeat, entity in enumerate(unrelated):
+        seconds, mask_us, texts = run(f"new_set{repeat}", entity)
+        new_set.append(seconds)
+        new_set_us += mask_us
+        changed += sum(a != b for a, b in zip(texts, cold_texts, strict=True))
+    warm: list[dict[str, float]] = []
+    warm_us: list[float] = []
+    for repeat in range(repeats):
+        seconds, mask_us, _ = run(f"warm{repeat}")
+        warm.append(seconds)
+        warm_us += mask_us
+    return {"cold": ([cold_seconds], sorted(cold_us)), "new_set": (new_set, sorted(new_set_us)),
+            "warm": (warm, sorted(warm_us))}, changed
 
 
 if __name__ == "__main__":

@@ -47,7 +47,8 @@ def engine_side(requests: list[ChatRequest], *, clients: int, max_tokens: int) -
 
     settings = Settings()
     kgs = runtime.load_kgs(settings.domains)
-    engine = runtime.build_engine(settings.resolved_model_path(), kgs, index_cache_dir=settings.index_cache_dir)
+    # the service's own engine options (dtype, threads, cache limits), so both sides run the same engine
+    engine = runtime.build_engine(settings.resolved_model_path(), kgs, **runtime.engine_options(settings))
     knowledge = runtime.KgKnowledge(kgs)
     work = []
     for request in requests:

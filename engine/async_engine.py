@@ -55,6 +55,10 @@ class AsyncLLMEngine:
         return self.engine.model_id
 
     @property
+    def dtype(self) -> str:
+        return self.engine.dtype
+
+    @property
     def checkpoint_hash(self) -> str:
         return self.engine.checkpoint_hash
 

@@ -112,7 +112,9 @@ def _default_intent_priorities() -> dict[str, int]:
 
 @dataclass(slots=True)
 class EngineConfig:
-    dtype: str | None = None                 # None: the checkpoint's torch_dtype
+    # "auto": bf16 for an fp32/fp16 checkpoint where the hardware runs bf16 fast (engine.precision), else
+    # the checkpoint's; None: the checkpoint's torch_dtype; or a name ("float32", "bfloat16", ...)
+    dtype: str | None = "auto"
     device: str = "cpu"
     max_model_len: int | None = None         # None: the model's max_position_embeddings (capped below)
     max_model_len_cap: int = 4096            # keeps the default KV pool small for huge-context models

@@ -103,6 +103,11 @@ class EngineCoreClient:
         return self.info.get("checkpoint_hash", "")
 
     @property
+    def dtype(self) -> str | None:
+        """The dtype the core's weights are held in, for the audit records (None until the core is up)."""
+        return self.info.get("dtype")
+
+    @property
     def max_model_len(self) -> int:
         return int(self.info.get("max_model_len", 0))
 

@@ -73,7 +73,7 @@ class EngineCoreProc:
         self.input_socket.bind(input_address)
         self._parent = os.getppid() if watch_parent else None
         self.info = {"model_id": engine.model_id, "checkpoint_hash": engine.checkpoint_hash,
-                     "max_model_len": engine.max_model_len, "pid": os.getpid(),
+                     "max_model_len": engine.max_model_len, "dtype": engine.dtype, "pid": os.getpid(),
                      "kv_cache": engine.kv_cache_settings}
 
     # ---- the step loop (main thread) -------------------------------------------------------------

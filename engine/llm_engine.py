@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from engine.config import EngineConfig, ModelConfig, ModelLoadError, parse_dtype
+from engine.config import EngineConfig, ModelConfig, ModelLoadError
 from engine.kv_cache import create_kv_cache
 from engine.kv_spec import KVCacheSpec
 from engine.loader import checkpoint_hash, generation_eos_ids, iter_weights, load_model_config, weight_files
@@ -24,6 +24,7 @@ from engine.models.llama import LlamaForCausalLM
 from engine.output_processor import OutputProcessor
 from engine.outputs import EngineCoreOutput, RequestOutput
 from engine.postprocess import StepPostprocessor
+from engine.precision import dtype_name, resolve_dtype
 from engine.processors.logits_process import LogitsProcessor
 from engine.sampler import Sampler
 from engine.sampling_params import InvalidRequestError, SamplingParams
@@ -74,9 +75,9 @@ class LLMEngine:
         files = weight_files(path)
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
-        dtype = parse_dtype(config.dtype) if config.dtype else model_config.torch_dtype
-        KVCacheSpec.from_configs(model_config, config, dtype)   # a KV setting this model cannot use fails before loading
         device = torch.device(config.device)
+        dtype = resolve_dtype(config.dtype, model_config.torch_dtype, device)
+        KVCacheSpec.from_configs(model_config, config, dtype)   # a KV setting this model cannot use fails before loading
         with torch.device(device):
             model = LlamaForCausalLM(model_config, _max_model_len(model_config, config), dtype)
         model.load_weights(iter_weights(files), source=", ".join(f.name for f in files))
@@ -86,6 +87,11 @@ class LLMEngine:
             model, tokenizer, config, model_id=model_id or path.name,
             checkpoint_hash=checkpoint_hash(path, files), logits_processors=logits_processors,
         )
+
+    @property
+    def dtype(self) -> str:
+        """The dtype the weights and KV cache are held in ("bfloat16", "float32", ...)."""
+        return dtype_name(next(self.model.parameters()).dtype)
 
     # ---- requests ------------------------------------------------------------------------------
 
@@ -195,13 +201,13 @@ class LLMEngine:
             seq.num_computed_tokens += num_new
             self.block_manager.register_full_blocks(seq)  # publish before a finished seq frees them
         sample_seqs = [batch.seqs[row] for row in step_logits.sample_rows]
-        dead_rows = self.post.apply_processors(step_logits.logits, sample_seqs)
+        self.post.apply_processors(step_logits.logits, sample_seqs)
         sampled = self.sampler(step_logits.logits, sample_seqs)
         _charge_step(batch, time.perf_counter() - started)
         outputs: list[EngineCoreOutput] = []
         now = time.time()
         for row, seq in enumerate(sample_seqs):
-            if row in dead_rows:
+            if row in sampled.dead_rows and seq.constrained_by:   # the processors left no token
                 seq.finish_reason = "constraint_dead_end"
             else:
                 self.post.append_token(seq, sampled.token_ids[row], sampled.logprobs[row], now)

@@ -41,22 +41,15 @@ class StepPostprocessor:
             processor.remove_request(seq.request_id)
         seq.constrained_by = []
 
-    def apply_processors(self, logits: torch.Tensor, seqs: list[Sequence]) -> set[int]:
-        """Let each processor mask the rows it constrains; return rows left with no allowed token."""
-        constrained_rows = [row for row, seq in enumerate(seqs) if seq.constrained_by]
-        if not constrained_rows:  # idle processors cost nothing
-            return set()
+    def apply_processors(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
+        """Let each processor mask the rows it constrains. A row left with no allowed token shows up
+        in the sampler's `dead_rows` (its max is -inf), so no extra pass over the vocabulary here."""
+        if not any(seq.constrained_by for seq in seqs):  # idle processors cost nothing
+            return
         request_ids = [seq.request_id for seq in seqs]
         for index, processor in enumerate(self.processors):
-            if any(index in seqs[row].constrained_by for row in constrained_rows):
+            if any(index in seq.constrained_by for seq in seqs):
                 processor.apply(logits, request_ids)
-        if len(constrained_rows) < logits.shape[0]:
-            logits_rows = logits.index_select(0, torch.tensor(constrained_rows, device=logits.device))
-        else:
-            logits_rows = logits
-        # a row is alive if its best logit is finite; amax is one pass (isfinite().any() costs ~30x more)
-        alive = (logits_rows.amax(dim=-1) > float("-inf")).tolist()
-        return {row for row, ok in zip(constrained_rows, alive, strict=True) if not ok}
 
     # ---- one sampled token ---------------------------------------------------------------------
 

@@ -316,7 +316,7 @@ class InferenceService:
         return StreamOpening(prepared.audit_id, context.principal.tenant, prepared.content_mode, {
             "key_id": context.principal.key_id, "request_id": context.request_id, "endpoint": context.endpoint,
             "intent": context.intent, "domain": prepared.resolution.domain, "model_id": prepared.backend.model_id,
-            "kv_cache": prepared.details.get("kv_cache"),
+            "kv_cache": prepared.details.get("kv_cache"), "model_dtype": prepared.details.get("model_dtype"),
         })
 
     @staticmethod

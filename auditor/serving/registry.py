@@ -170,9 +170,11 @@ class LocalBackend:
         return self.engine.generate(prompt, params, request_id=request_id, **kwargs)
 
     def record_details(self) -> dict[str, Any] | None:
-        """The KV cache's precision can change outputs, so the record's (hashed) details name it."""
-        kv_cache = getattr(self.engine, "kv_cache_settings", None)
-        return {"kv_cache": kv_cache} if kv_cache is not None else None
+        """The weights' dtype and the KV cache's precision can change outputs, so the record's (hashed)
+        details name them."""
+        details = {"kv_cache": getattr(self.engine, "kv_cache_settings", None),
+                   "model_dtype": getattr(self.engine, "dtype", None)}
+        return {name: value for name, value in details.items() if value is not None} or None
 
 
 @dataclass(frozen=True, slots=True)

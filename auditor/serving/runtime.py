@@ -47,7 +47,7 @@ def load_kgs(domains: Iterable[str]) -> dict[str, KnowledgeGraph]:
 
 def engine_options(settings: Settings) -> dict[str, Any]:
     """build_engine's keyword arguments from the settings: cache limits, the index cache, the engine config
-    (threads, batch size, priority aging, KV cache)."""
+    (threads, dtype, batch size, priority aging, KV cache)."""
     return {"limits": CacheLimits(views=settings.kg_constraint_views,
                                   masks_per_view=settings.kg_constraint_masks_per_view,
                                   shared_per_domain=settings.kg_constraint_shared_per_domain),
@@ -55,7 +55,8 @@ def engine_options(settings: Settings) -> dict[str, Any]:
 
 
 def engine_config(settings: Settings) -> EngineConfig:
-    config = EngineConfig(num_threads=settings.engine_threads, kv_cache_dtype=settings.kv_cache_dtype,
+    config = EngineConfig(num_threads=settings.engine_threads, dtype=settings.engine_dtype,
+                          kv_cache_dtype=settings.kv_cache_dtype,
                           kv_cache_strategy=settings.kv_cache_strategy, kv_cache_cold_dir=str(settings.kv_cache_cold_dir),
                           kv_cache_cold_bytes=settings.kv_cache_cold_bytes)
     if settings.engine_max_num_seqs is not None:

@@ -101,5 +101,5 @@ def _recovered_record(audit_id: str, segments: list[Any]) -> NewRecord:
         delivered_output=delivered, finish_reason="abort",
         error=f"stream interrupted before its record was written; {len(pieces)} committed segment(s) recovered",
         details={"recovered_segments": [{"idx": s.idx, "sha256": s.text_sha256} for s in pieces],
-                 "kv_cache": details.get("kv_cache")},
+                 "kv_cache": details.get("kv_cache"), "model_dtype": details.get("model_dtype")},
     )

@@ -34,10 +34,9 @@ from knowledge_graphs.decoding.surface_guard import (
     advance_checked,
     advance_folded,
     end_violates,
-    fold,
 )
 from knowledge_graphs.decoding.trie import ROOT, EncodingIndex, TokenTrie, encode_forms
-from knowledge_graphs.decoding.vocab_guard import SurfaceGuard
+from knowledge_graphs.decoding.vocab_guard import SortedVocabulary, SurfaceGuard
 from knowledge_graphs.linking import MIN_FORM_CHARS
 from knowledge_graphs.model import KnowledgeGraph, normalise_alias
 
@@ -127,7 +126,7 @@ COMPILED_PARTS = ("entity_ids", "forms_by_entity", "name_trie", "guard", "index"
 
 
 def compile_domain(kg: KnowledgeGraph, types: Collection[str], tokenizer: Tokenizer, token_texts: Sequence[str],
-                   has_word_chars: Sequence[bool]) -> dict[str, Any]:
+                   has_word_chars: Sequence[bool], vocabulary: SortedVocabulary | None = None) -> dict[str, Any]:
     """The expensive, allowed-set-independent part of a domain (seconds): the character trie of every
     constrained surface form, the vocabulary guard's walk records, and the index of every entity encoding.
     Plain data, so it can be cached on disk (`COMPILED_PARTS` are its keys)."""
@@ -143,7 +142,7 @@ def compile_domain(kg: KnowledgeGraph, types: Collection[str], tokenizer: Tokeni
             forms.setdefault(key, []).append(entity_id)
     name_trie = NameTrie(forms)
     return {"entity_ids": entity_ids, "forms_by_entity": forms_by_entity, "name_trie": name_trie,
-            "guard": SurfaceGuard(name_trie, token_texts),
+            "guard": SurfaceGuard(name_trie, vocabulary or token_texts),
             "index": EncodingIndex(encode_forms(tokenizer, forms_by_entity, has_word_chars))}
 
 
@@ -151,9 +150,11 @@ class DomainMasks:
     def __init__(
         self, kg: KnowledgeGraph, types: Collection[str], tokenizer: Tokenizer, token_texts: Sequence[str],
         eos_token_ids: Collection[int], limits: CacheLimits | None = None, compiled: dict[str, Any] | None = None,
+        vocabulary: SortedVocabulary | None = None,
     ) -> None:
         """compiled: what `compile_domain` returns for this (KG, types, tokenizer), e.g. read back from the
-        on-disk index cache (`knowledge_graphs.decoding.index_cache`); built here when not given."""
+        on-disk index cache (`knowledge_graphs.decoding.index_cache`); built here when not given.
+        vocabulary: `token_texts` folded and sorted, one for every domain of a processor (built here if None)."""
         # the KG itself is not kept: an engine core holds these masks for its whole life, and needs of the KG
         # only which ids exist (to refuse unknown ones)
         self.kg_version = kg.version
@@ -163,14 +164,16 @@ class DomainMasks:
         self.vocab_size = len(token_texts)
         self.tokenizer = tokenizer
         self.token_texts = token_texts
-        folded = [fold(t) for t in token_texts]
+        vocabulary = vocabulary or SortedVocabulary(token_texts)
+        folded = vocabulary.folded
         self.has_word_chars = [f.strip() != "" for f in folded]
-        compiled = compiled or compile_domain(kg, self.types, tokenizer, token_texts, self.has_word_chars)
+        compiled = compiled or compile_domain(kg, self.types, tokenizer, token_texts, self.has_word_chars, vocabulary)
         self.entity_ids: frozenset[str] = compiled["entity_ids"]
         self.forms_by_entity: dict[str, list[str]] = compiled["forms_by_entity"]
         self.name_trie: NameTrie = compiled["name_trie"]
         self.guard: SurfaceGuard = compiled["guard"]
         self.guard.max_memo, self.guard.max_walks = self.limits.shared_per_domain, self.limits.masks_per_view
+        self.guard.share_vocabulary(vocabulary)
         self.index: EncodingIndex = compiled["index"]
         self.token_folded = folded
         # A token that begins with a word boundary can close a mention (or start a new one anywhere).

@@ -34,23 +34,24 @@ def encode_forms(
     """(entity id, token ids) for every variant of every form, leading non-word pieces dropped.
 
     `has_word_chars[t]`: token t's text holds a letter or digit."""
-    texts: list[str] = []
-    owners: list[str] = []
+    owners: dict[str, list[str]] = {}     # text -> the entities it is a variant of (one encoding per text)
     for entity_id, forms in forms_by_entity.items():
         for form in forms:
             for text in surface_variants(form):
-                texts.append(text)
-                owners.append(entity_id)
+                owners.setdefault(text, []).append(entity_id)
+    texts = list(owners)
     for chunk in range(0, len(texts), _BATCH):
         # in chunks: an Encoding object is heavy, and a large KG has ~600k variants
-        encodings = tokenizer.encode_batch_fast(texts[chunk : chunk + _BATCH], add_special_tokens=False)  # no offsets
-        for entity_id, encoding in zip(owners[chunk : chunk + _BATCH], encodings, strict=True):
+        batch = texts[chunk : chunk + _BATCH]
+        encodings = tokenizer.encode_batch_fast(batch, add_special_tokens=False)  # no offsets
+        for text, encoding in zip(batch, encodings, strict=True):
             ids = encoding.ids
             start = 0
             while start < len(ids) and not (ids[start] < len(has_word_chars) and has_word_chars[ids[start]]):
                 start += 1
             if start < len(ids):
-                yield entity_id, ids[start:]
+                for entity_id in owners[text]:
+                    yield entity_id, ids[start:]
 
 
 class EncodingIndex:

@@ -41,36 +41,77 @@ MAX_LAZY_RECORDS = 100_000
 NO_IDS = np.zeros(0, dtype=np.int64)
 
 
+class SortedVocabulary:
+    """The vocabulary as the guard reads it, the same for every domain and so built once per processor:
+    each token's folded text, and per boundary flag the tokens sorted by the text they add after it
+    (sorted on first use: a guard read back from the index cache brings its own copy, `share_vocabulary`)."""
+
+    def __init__(self, token_texts: Sequence[str]) -> None:
+        self.folded = [fold(t) for t in token_texts]
+        # tokens with a boundary after some word character: the only ones inside which a match can both
+        # start and close (a leading space only ends the text before the token)
+        self.inner_boundary = [token_id for token_id, text in enumerate(self.folded) if SPACE in text.lstrip(SPACE)]
+        self._sorted: dict[bool, list[str]] | None = None
+        self._perm: dict[bool, np.ndarray] | None = None     # sorted position -> token id
+
+    def __len__(self) -> int:
+        return len(self.folded)
+
+    @property
+    def sorted(self) -> dict[bool, list[str]]:
+        if self._sorted is None:
+            self._sort()
+        return self._sorted  # type: ignore[return-value]
+
+    @property
+    def perm(self) -> dict[bool, np.ndarray]:
+        if self._perm is None:
+            self._sort()
+        return self._perm  # type: ignore[return-value]
+
+    @property
+    def is_sorted(self) -> bool:
+        return self._sorted is not None
+
+    def adopt(self, sorted_texts: dict[bool, list[str]], perm: dict[bool, np.ndarray]) -> None:
+        """Take an equal ordering built elsewhere (a cached guard's) instead of sorting again."""
+        self._sorted, self._perm = sorted_texts, perm
+
+    def _sort(self) -> None:
+        # At a boundary a leading space of the token collapses into the previous one.
+        effective = {False: self.folded, True: [s[1:] if s.startswith(SPACE) else s for s in self.folded]}
+        self._sorted, self._perm = {}, {}
+        for boundary in (False, True):
+            order = sorted(range(len(self.folded)), key=effective[boundary].__getitem__)
+            self._sorted[boundary] = [effective[boundary][i] for i in order]
+            self._perm[boundary] = np.array(order, dtype=np.int64)
+
+
 class SurfaceGuard:
     """Per-state blocked token ids for one domain's name trie and one vocabulary."""
 
-    def __init__(self, trie: NameTrie, token_texts: Sequence[str], *, precompute_depth: int = PRECOMPUTE_DEPTH) -> None:
+    def __init__(self, trie: NameTrie, vocabulary: SortedVocabulary | Sequence[str], *,
+                 precompute_depth: int = PRECOMPUTE_DEPTH) -> None:
         self.trie = trie
-        self.vocab_size = len(token_texts)
+        self.vocab_size = len(vocabulary)
         # memo bounds (entries); DomainMasks sets them from its CacheLimits
         self.max_memo = MAX_LAZY_RECORDS      # shared results and deeper walk records, per domain
         self.max_walks = 50_000               # carrier walks, per allowed set
-        folded = [fold(t) for t in token_texts]
-        # At a boundary a leading space of the token collapses into the previous one.
-        effective = {False: folded, True: [s[1:] if s.startswith(SPACE) else s for s in folded]}
-        self._sorted: dict[bool, list[str]] = {}
-        self._perm: dict[bool, np.ndarray] = {}     # sorted position -> token id
+        if not isinstance(vocabulary, SortedVocabulary):
+            vocabulary = SortedVocabulary(vocabulary)
+        self._sorted = vocabulary.sorted
+        self._perm = vocabulary.perm
         # Closings that happen inside a token whatever came before (matches that start inside it).
         self._single_tok: dict[bool, np.ndarray] = {}
         self._single_node: dict[bool, np.ndarray] = {}
         self._multi: dict[bool, list[tuple[int, ClosingGroup]]] = {}
         for boundary in (False, True):
-            order = sorted(range(self.vocab_size), key=effective[boundary].__getitem__)
-            self._sorted[boundary] = [effective[boundary][i] for i in order]
-            self._perm[boundary] = np.array(order, dtype=np.int64)
             single_tok: list[int] = []
             single_node: list[int] = []
             multi: list[tuple[int, ClosingGroup]] = []
             start = GuardState(frozenset(), boundary)
-            for token_id, text in enumerate(folded):
-                if SPACE not in text:
-                    continue  # no boundary inside this token -> nothing can close inside it
-                for group in advance(trie, start, text)[1]:
+            for token_id in vocabulary.inner_boundary:
+                for group in advance(trie, start, vocabulary.folded[token_id])[1]:
                     if len(group) == 1:
                         single_tok.append(token_id)
                         single_node.append(group[0])
@@ -89,6 +130,15 @@ class SurfaceGuard:
             for node in frontier:
                 boundary = trie.char(node) == SPACE
                 self._records[node, boundary] = walk_records(trie, self._sorted[boundary], node)
+
+    def share_vocabulary(self, vocabulary: SortedVocabulary) -> None:
+        """Hold the processor's one copy of the sorted vocabulary instead of this guard's own (a guard read
+        back from the index cache unpickles a copy per domain; the cache key pins the same tokenizer)."""
+        assert len(vocabulary) == self.vocab_size
+        if vocabulary.is_sorted:
+            self._sorted, self._perm = vocabulary.sorted, vocabulary.perm
+        else:
+            vocabulary.adopt(self._sorted, self._perm)
 
     def static_blocked(self, boundary: bool, allowed: AllowedNodes) -> np.ndarray:
         """bool [vocab]: tokens that close a forbidden name inside themselves."""

@@ -84,6 +84,7 @@ class FakeEngine:
 
     model_id = "fake-model"
     checkpoint_hash = "fake-checkpoint-0001"
+    dtype = "bfloat16"
 
     def __init__(self, reply: str = "Metformin is a first-line treatment for type 2 diabetes. It lowers glucose.") -> None:
         self.reply = reply

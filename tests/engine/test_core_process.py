@@ -34,7 +34,8 @@ async def _collect(client, prompt, params, request_id, output_kind="delta"):
 
 def test_outputs_match_the_in_process_engine_and_arrive_as_deltas(tiny_llama):
     prompts = ["The patient was", "Revenue grew", "def add(a, b):"]
-    expected = LLMEngine.from_pretrained(tiny_llama).generate(prompts, GREEDY)
+    in_process = LLMEngine.from_pretrained(tiny_llama)
+    expected = in_process.generate(prompts, GREEDY)
 
     async def main():
         client = _client(tiny_llama)
@@ -46,11 +47,11 @@ def test_outputs_match_the_in_process_engine_and_arrive_as_deltas(tiny_llama):
                 if client.stats().get("num_requests_finished") == 4:
                     break
                 await asyncio.sleep(0.05)
-            return results, cumulative, client.stats(), client.model_id, client.checkpoint_hash
+            return results, cumulative, client.stats(), client.model_id, client.checkpoint_hash, client.dtype
         finally:
             await client.shutdown()
 
-    results, cumulative, stats, model_id, checkpoint = asyncio.run(main())
+    results, cumulative, stats, model_id, checkpoint, dtype = asyncio.run(main())
     for outs, want in zip(results, expected, strict=True):
         # delta outputs: each holds only what is new; together they are the whole answer
         assert [t for o in outs for t in o.token_ids] == want.token_ids
@@ -61,6 +62,7 @@ def test_outputs_match_the_in_process_engine_and_arrive_as_deltas(tiny_llama):
     assert cumulative[-1].token_ids == expected[0].token_ids and cumulative[-1].text == expected[0].text
     assert stats["num_requests_finished"] == 4 and stats["num_requests_running"] == 0
     assert model_id == tiny_llama.name and len(checkpoint) == 64
+    assert dtype == in_process.dtype   # the core's resolved dtype (dtype=auto) reaches the audit records' side
 
 
 def test_refusals_cross_the_boundary_and_stop_strings_free_the_core(tiny_llama):

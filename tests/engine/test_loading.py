@@ -11,7 +11,7 @@ import torch
 from engine.config import EngineConfig, ModelLoadError
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import InvalidRequestError, SamplingParams
-from engine.synthetic import write_tiny_checkpoint
+from engine.synthetic import build_bpe_tokenizer, write_checkpoint_with_tokenizer, write_tiny_checkpoint
 
 
 def _greedy(engine: LLMEngine, prompt: str) -> list[int]:
@@ -129,3 +129,36 @@ def test_tiny_checkpoint_tokenizer_learns_the_given_texts(tmp_path):
     assert len(ids) <= 3  # learned merges, not 19 single bytes
     assert engine.model.config.vocab_size == 512 >= engine.tokenizer.vocab_size
     assert engine.tokenizer.decode(ids) == "hydrochlorothiazide"
+
+
+def _released_style_tokenizer(folder):
+    """A tokenizer folder shaped like Qwen's: no BOS, an added end-of-turn token as eos, a chat template."""
+    folder.mkdir()
+    tokenizer = build_bpe_tokenizer(["Hello there, how are you?", "Aspirin 81 mg daily."], 300)
+    tokenizer.add_special_tokens(["<|im_start|>", "<|im_end|>"])
+    tokenizer.save(str(folder / "tokenizer.json"))
+    template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"bos_token": None, "eos_token": "<|im_end|>", "add_bos_token": False, "chat_template": template}))
+    return tokenizer
+
+
+def test_checkpoint_around_a_released_tokenizer(tmp_path):
+    tokenizer = _released_style_tokenizer(tmp_path / "tok")
+    path = write_checkpoint_with_tokenizer(tmp_path / "ckpt", tmp_path / "tok", hidden_size=32, intermediate_size=64,
+                                           num_layers=1, num_heads=2, num_kv_heads=1)
+    assert (path / "tokenizer.json").read_bytes() == (tmp_path / "tok" / "tokenizer.json").read_bytes()
+    config = json.loads((path / "config.json").read_text())
+    assert config["vocab_size"] % 128 == 0 and config["vocab_size"] >= tokenizer.get_vocab_size()
+    engine = LLMEngine.from_pretrained(path)
+    assert engine.tokenizer.eos_token_ids == [tokenizer.token_to_id("<|im_end|>")]
+    prompt = engine.tokenizer.apply_chat_template([{"role": "user", "content": "Hello there"}])
+    out = engine.generate([prompt], SamplingParams(temperature=1.0, seed=0, max_tokens=6, ignore_eos=True))[0]
+    assert len(out.token_ids) == 6
+
+
+def test_checkpoint_around_a_tokenizer_folder_that_lacks_its_files(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="tokenizer.json"):
+        write_checkpoint_with_tokenizer(tmp_path / "ckpt", tmp_path / "empty")

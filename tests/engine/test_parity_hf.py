@@ -51,7 +51,7 @@ def _capture_logits(engine: LLMEngine) -> list[torch.Tensor]:
 
 def test_prefill_and_decode_logits_match_transformers(hf_checkpoint):
     arch, path = hf_checkpoint
-    engine = LLMEngine.from_pretrained(path, EngineConfig(block_size=4, max_num_batched_tokens=7))
+    engine = LLMEngine.from_pretrained(path, EngineConfig(block_size=4, max_num_batched_tokens=7, dtype="float32"))
     captured = _capture_logits(engine)
     prompt_ids = engine.tokenizer.encode(PROMPTS[1])
     out = engine.generate([prompt_ids], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))[0]
@@ -67,7 +67,7 @@ def test_prefill_and_decode_logits_match_transformers(hf_checkpoint):
 
 def test_greedy_matches_transformers_in_a_mixed_length_batch(hf_checkpoint):
     arch, path = hf_checkpoint
-    engine = LLMEngine.from_pretrained(path, EngineConfig(block_size=8))
+    engine = LLMEngine.from_pretrained(path, EngineConfig(block_size=8, dtype="float32"))
     hf = _hf_model(path)
     prompts = [engine.tokenizer.encode(p) for p in PROMPTS]
     lengths = [5, 12, 20, 9]
@@ -81,7 +81,7 @@ def test_greedy_matches_transformers_in_a_mixed_length_batch(hf_checkpoint):
 def test_greedy_matches_transformers_after_preemption(hf_checkpoint):
     arch, path = hf_checkpoint
     # 14 blocks of 4 tokens cannot hold four ~20-40-token sequences at once: some are preempted
-    engine = LLMEngine.from_pretrained(path, EngineConfig(block_size=4, num_kv_blocks=14))
+    engine = LLMEngine.from_pretrained(path, EngineConfig(block_size=4, num_kv_blocks=14, dtype="float32"))
     hf = _hf_model(path)
     prompts = [engine.tokenizer.encode(p) for p in PROMPTS]
     params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)

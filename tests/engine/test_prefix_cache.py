@@ -67,7 +67,9 @@ def test_outputs_identical_with_cache_on_and_off(tiny_llama):
     results = []
     for caching in (True, False):
         engine = LLMEngine.from_pretrained(
-            tiny_llama, EngineConfig(block_size=BLOCK, enable_prefix_caching=caching, max_num_batched_tokens=16)
+            # fp32: in bf16 a prefill chunk and a cached block round differently, so outputs may part
+            tiny_llama, EngineConfig(block_size=BLOCK, enable_prefix_caching=caching, max_num_batched_tokens=16,
+                                     dtype="float32")
         )
         engine.generate(prompts[:1], params[:1])  # warm the cache (when on)
         results.append([o.token_ids for o in engine.generate(prompts, params)])

@@ -16,7 +16,9 @@ PROMPT = "The patient was prescribed"
 
 @pytest.fixture(scope="module")
 def engine(tiny_llama) -> LLMEngine:
-    return LLMEngine.from_pretrained(tiny_llama, EngineConfig(block_size=8))
+    # fp32: exact batch independence of seeded rows needs batch-independent logits, which bf16's
+    # rounding (it varies with the batch shape) does not give
+    return LLMEngine.from_pretrained(tiny_llama, EngineConfig(block_size=8, dtype="float32"))
 
 
 def _one(engine: LLMEngine, prompt=PROMPT, **params) -> object:

@@ -113,6 +113,8 @@ def test_a_failed_final_commit_leaves_committed_segments_that_become_a_record(ap
     engine = create_engine(store_url)
     record = _wait_for_record(engine, audit_id)
     assert record.status == "error" and record.delivered_output == delivered and "recovered" in record.error
+    details = json.loads(record.details) if isinstance(record.details, str) else record.details
+    assert details["model_dtype"] == "bfloat16"   # the dtype the stream was generated in, kept by the opening row
     engine.dispose()
 
 
@@ -120,7 +122,7 @@ def _wait_for_record(engine: Any, audit_id: str, timeout_s: float = 15.0) -> Any
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with engine.connect() as conn:
-            row = conn.execute(text("SELECT status, delivered_output, error FROM audit_records WHERE id = :id"),
+            row = conn.execute(text("SELECT status, delivered_output, error, details FROM audit_records WHERE id = :id"),
                                {"id": audit_id}).first()
         if row is not None:
             return row

@@ -57,3 +57,33 @@ def test_bad_json_schema_is_400_from_the_engine(real_client: TestClient) -> None
         "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "no-such-type"}}}})
     assert response.status_code == 400
     assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_records_name_the_dtype_the_engine_ran_in(real_client: TestClient, stream: bool) -> None:
+    engine = real_client.app.state.services.engine
+    assert engine.dtype in ("bfloat16", "float32")   # dtype="auto": bf16 on a CPU with AMX or AVX512-BF16
+    request = {"model": "model", "max_tokens": 6, "temperature": 0, "stream": stream,
+               "messages": [{"role": "user", "content": "Hello world"}]}
+    with real_client.stream("POST", "/v1/chat/completions", json=request) as response:
+        response.read()
+    assert response.status_code == 200
+    record = real_client.get(f"/v1/audits/{response.headers['X-Audit-Id']}").json()
+    assert record["details"]["model_dtype"] == engine.dtype
+
+
+def test_engine_dtype_setting_reaches_the_engine(tiny_checkpoint: Path, monkeypatch) -> None:
+    from pydantic import ValidationError
+
+    from auditor.serving import runtime
+    from auditor.settings import Settings
+    from tests.auditor.real_engine import tiny_medical_kg
+
+    monkeypatch.setenv("AUDITOR_ENGINE_DTYPE", "float32")
+    settings = Settings()
+    config = runtime.engine_options(settings)["config"]   # what the app and the engine-core process build from
+    engine = runtime.load_engine(tiny_checkpoint, {"medical": tiny_medical_kg()}, config=config)
+    assert engine.dtype == "float32"
+    monkeypatch.setenv("AUDITOR_ENGINE_DTYPE", "int4")
+    with pytest.raises(ValidationError, match="engine_dtype"):
+        Settings()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from engine.config import EngineConfig
@@ -118,9 +119,11 @@ def test_mixed_batch_only_constrained_rows_are_touched(tiny_llama):
     assert applies and all(len(e[1]) == 2 for e in applies[:1])
 
 
-def test_dead_end_finishes_with_its_own_reason(tiny_llama):
+@pytest.mark.parametrize("sampling", [GREEDY, dict(temperature=1.0, seed=5, ignore_eos=True),
+                                      dict(temperature=0.8, top_p=0.9, top_k=5, ignore_eos=True)])
+def test_dead_end_finishes_with_its_own_reason(tiny_llama, sampling):
     engine, processor = _engine(tiny_llama)
-    out = engine.generate(["hello"], SamplingParams(max_tokens=10, extra_args={"ban": {"dead_at": 3}}, **GREEDY))[0]
+    out = engine.generate(["hello"], SamplingParams(max_tokens=10, extra_args={"ban": {"dead_at": 3}}, **sampling))[0]
     assert out.finish_reason == "constraint_dead_end"
     assert len(out.token_ids) == 3
     assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks

@@ -8,7 +8,7 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from engine.kernels.bitmask import apply_token_bitmask_torch, pack_bool_mask
+from engine.kernels.bitmask import apply_token_bitmask_torch, pack_bool_mask, unpack_bitmask
 from engine.sampling_params import InvalidRequestError, SamplingParams
 from knowledge_graphs.decoding import constraint_masks
 from knowledge_graphs.decoding.constraint import KGConstraintError, KGConstraintProcessor, allowed_entities
@@ -232,6 +232,36 @@ def test_sparse_and_dense_application_match_the_packed_masks(
     apply_token_bitmask_torch(expected, torch.stack([e.packed for e in entries]))
     processor.apply(logits, request_ids)
     assert torch.equal(logits, expected)
+
+
+@pytest.mark.parametrize("path", ["sparse", "dense"])
+def test_a_masked_favourite_is_noticed_on_both_paths_in_a_mixed_batch(
+    tokenizer: Tokenizer, kg: KnowledgeGraph, monkeypatch: pytest.MonkeyPatch, path: str,
+) -> None:
+    """Whichever way a row is masked, and with unconstrained rows in between, a row whose best logit the
+    mask removed has that token noted as its blocked favourite, and no other row has one."""
+    monkeypatch.setattr(constraint_masks, "SPARSE_FRACTION", 1.0 if path == "sparse" else 0.0)
+    processor = _processor(tokenizer, kg)
+    ids = tokenizer.encode("Take Metformin for type 2 diabetes, not Metoprolol", add_special_tokens=False).ids
+    request_ids: list[str | None] = []
+    for i in range(len(ids)):
+        processor.add_request(f"r{i}", _params(["drug:metformin", "condition:t2d"]), [], ids[:i])
+        request_ids += [f"r{i}", None]          # an unconstrained row after each constrained one
+    masks = [processor._requests[r].view.entry(processor._requests[r].state).packed for r in request_ids if r]
+    allowed = unpack_bitmask(torch.stack(masks), processor.vocab_size)                  # [k, vocab]
+    logits = torch.randn(len(request_ids), processor.vocab_size, generator=torch.Generator().manual_seed(1))
+    for k in range(0, len(masks), 2):           # every other constrained row: its favourite is a blocked token
+        blocked = (~allowed[k]).nonzero().flatten()
+        if len(blocked):
+            logits[2 * k, blocked[len(blocked) // 2]] = 50.0
+    favourites = logits.argmax(-1)
+    processor.apply(logits, request_ids)
+    for k, request_id in enumerate(r for r in request_ids if r):
+        favourite = int(favourites[2 * k])
+        expected = None if allowed[k, favourite] else favourite
+        assert processor._requests[request_id].blocked == expected, request_id
+    assert sum(processor._requests[r].blocked is not None for r in request_ids if r) >= 3
+    assert torch.isfinite(logits[1::2]).all()   # unconstrained rows untouched
 
 
 def processor_vocab(tokenizer: Tokenizer) -> int:

@@ -117,3 +117,18 @@ def test_several_open_matches_are_judged_together(guard: SurfaceGuard) -> None:
     assert alone is not None and len(alone.nodes) == 1
     guard_ids, _ = guard.blocked(alone, allowed)
     assert VOCAB.index("es ") in set(guard_ids.tolist())
+
+
+@pytest.mark.parametrize("boundary", [False, True])
+def test_static_closings_scan_only_tokens_with_an_inner_boundary(guard: SurfaceGuard, boundary: bool) -> None:
+    """Closings inside a token, found by scanning the tokens with a boundary after a word character, are
+    those a scan of every token finds (a leading space only ends the text before the token)."""
+    from knowledge_graphs.decoding.surface_guard import advance
+
+    singles, multis = [], []
+    for token_id, text in enumerate(fold(t) for t in VOCAB):
+        for group in advance(TRIE, GuardState(frozenset(), boundary), text)[1]:
+            (singles.append((token_id, group[0])) if len(group) == 1 else multis.append((token_id, group)))
+    assert singles
+    assert list(zip(guard._single_tok[boundary].tolist(), guard._single_node[boundary].tolist(), strict=True)) == singles
+    assert guard._multi[boundary] == multis

@@ -103,12 +103,16 @@ def test_without_a_price_table_usage_is_counted_unpriced(client: TestClient) -> 
 
 
 class DyingEngine(FakeEngine):
-    """Produces one word, then the engine process 'dies' under the request."""
+    """Produces one word, then the engine process 'dies' under the request (until `dead` is cleared: the
+    engine is back)."""
+
+    dead = True
 
     async def generate(self, prompt: str | list[int], params: SamplingParams, **kwargs: Any) -> AsyncIterator[RequestOutput]:
         async for out in super().generate(prompt, params, **kwargs):
             yield out
-            raise EngineDeadError("engine core process exited (exit code -9)")
+            if self.dead:
+                raise EngineDeadError("engine core process exited (exit code -9)")
 
 
 def test_exclusions_failed_empty_refused_and_retry(app_factory, price_file: Path) -> None:
@@ -143,11 +147,12 @@ def test_exclusions_failed_empty_refused_and_retry(app_factory, price_file: Path
 
 def test_a_retry_of_a_failed_attempt_counts(app_factory, price_file: Path) -> None:
     """The failed attempt is the waste; the retry that delivers is the effective one."""
-    client = app_factory(engine=DyingEngine(), overrides={"price_table": price_file})
+    engine = DyingEngine()
+    client = app_factory(engine=engine, overrides={"price_table": price_file})
     headers = {"X-Request-Id": "order-99"}
     assert client.post("/v1/chat/completions", headers=headers, json={"model": "fake-model", "messages": [
         {"role": "user", "content": "hi"}]}).status_code == 503
-    client.app.state.services.inference.engine = FakeEngine()      # the engine is back
+    engine.dead = False      # the engine is back
     assert _chat(client, **headers)["details"]["usage"]["excluded"] is None
 
 

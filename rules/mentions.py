@@ -14,11 +14,20 @@ from functools import lru_cache
 
 import ahocorasick
 
-from knowledge_graphs.model import KnowledgeGraph, normalise_alias
+from wordfreq import zipf_frequency
+
+from knowledge_graphs.model import Entity, KnowledgeGraph, normalise_alias
 
 # Surface forms this short are mostly noise ("a", "in", "ct") unless written in capitals in the text.
 MIN_FORM_LENGTH = 3
 ACRONYM_LENGTH = 5
+# Package-derived forms of these types that are common English words ("more", "water", "iron", "all clear":
+# names in the drug dictionary) are not linked: in a chatbot answer they are words, not entities, and
+# linking them displaces the real subject. Common = wordfreq Zipf frequency >= COMMON_WORD_ZIPF (drug names
+# sit below 3.5: metformin 2.6, aspirin 3.3, insulin 3.8; ordinary words above 4: iron 4.7, more 6.4).
+# Curated entities keep every form: a curator chose them.
+COMMON_WORD_TYPES = frozenset({"drug"})
+COMMON_WORD_ZIPF = 3.9
 
 # Statute-code tokens: "U.S.C.", "U.S.C.A.", "U.S.C.S.", "U.S. Code", "United States Code". A mention lying
 # wholly inside one ("U.S" of "26 U.S.C. 6050I") is part of a citation, not a reference to a country; a
@@ -38,6 +47,7 @@ class Mention:
     text: str
     entity_ids: tuple[str, ...]
     entity_type: str
+    in_prompt: bool = False        # found in the question: offsets are into the prompt, not the text
 
 
 def normalise_with_offsets(text: str) -> tuple[str, list[int]]:
@@ -73,9 +83,12 @@ class MentionFinder:
         self.caps_only: set[str] = set()
         lower_ok: set[str] = set()
         for entity in kg.entities():
+            filter_common = entity.type in COMMON_WORD_TYPES and _package_derived(entity)
             for surface in entity.surface_forms:
                 form = normalise_alias(surface)
                 if len(form) < MIN_FORM_LENGTH and not form.isdigit():
+                    continue
+                if filter_common and is_common_word(form):
                     continue
                 ids = forms.setdefault(form, {}).setdefault(entity.type, [])
                 if entity.id not in ids:
@@ -119,6 +132,17 @@ class MentionFinder:
                 mentions.append(Mention(start, end, text[start:end], tuple(ids), entity_type))
             taken_until = end
         return mentions
+
+
+def _package_derived(entity: Entity) -> bool:
+    """Entities built from an installed package's data name `package==version` as their source."""
+    return entity.provenance is not None and "==" in entity.provenance.source
+
+
+@lru_cache(maxsize=65536)
+def is_common_word(form: str) -> bool:
+    """A normalised form that is an ordinary English word or phrase (wordfreq, offline data)."""
+    return zipf_frequency(form, "en") >= COMMON_WORD_ZIPF
 
 
 @lru_cache(maxsize=8)

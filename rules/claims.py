@@ -15,7 +15,15 @@ from typing import Any
 from knowledge_graphs.model import KnowledgeGraph
 from rules.extraction.coreference import find_antecedent
 from rules.extraction.numbers import NumericView, numeric_view
-from rules.extraction.structure import ABBREVIATIONS, Cell, Segment, Sentence, clauses, segment, split_sentences
+from rules.extraction.structure import (
+    ABBREVIATIONS,
+    Cell,
+    Segment,
+    Sentence,
+    clauses,
+    segment,
+    split_sentences,
+)
 from rules.mentions import Mention, mention_finder
 
 __all__ = ["ABBREVIATIONS", "Cell", "Document", "Segment", "Sentence", "split_sentences"]

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import ahocorasick
-
 from wordfreq import zipf_frequency
 
 from knowledge_graphs.model import Entity, KnowledgeGraph, normalise_alias

@@ -44,6 +44,7 @@ LABEL_SECTIONS = {
     "contraindicated_in": "section 4 CONTRAINDICATIONS",
     "interacts_with": "section 4 CONTRAINDICATIONS / section 7 DRUG INTERACTIONS",
     "in_class": "Highlights: established pharmacologic class",
+    "has_brand": "section 11 DESCRIPTION / section 16 HOW SUPPLIED",
 }
 
 
@@ -222,18 +223,46 @@ class _LabelReader:
             self.add(Fact(subject, "in_class", self.ref("drug_class", slug, self.classes, where),
                           provenance=_section(label, "in_class")))
         for relation in ("indicated_for", "contraindicated_in"):
-            for slug in rec.get(relation) or []:
-                self.add(Fact(subject, relation, self.ref("condition", slug, self.conditions, where),
-                              provenance=_section(label, relation)))
+            for item in rec.get(relation) or []:
+                # a condition slug, or {condition, label?, section?, ...qualifiers} (severity, therapy, ...)
+                entry = item if isinstance(item, dict) else {"condition": item}
+                require(entry, ("condition",), where=f"{where} {relation}")
+                qualifiers = {k: v for k, v in entry.items() if k not in ("condition", "label", "section")}
+                self.add(Fact(subject, relation, self.ref("condition", entry["condition"], self.conditions, where),
+                              qualifiers=qualifiers, provenance=_section(label, relation, entry)))
+        for brand in rec.get("brands") or []:
+            # {name, formulation?, salt?, setting?, indication?, label?}: what a brand name says about the product
+            inner = f"{where} brands {brand.get('name') if isinstance(brand, dict) else brand!r}"
+            if not isinstance(brand, dict):
+                raise CuratedDataError(f"{inner}: each brand must be a mapping with a name")
+            require(brand, ("name",), where=inner)
+            qualifiers = {k: v for k, v in brand.items() if k not in ("name", "label", "section")}
+            self.facts.append(Fact(subject, "has_brand", value=str(brand["name"]), qualifiers=qualifiers,
+                                   provenance=_section(label, "has_brand", brand)))
         for relation in ("max_daily_dose", "max_single_dose"):
             for dose in rec.get(relation) or []:
                 self.facts.append(_dose_fact(subject, relation, dose, label, f"{where} {relation}"))
+        for item in rec.get("no_interaction_with") or []:
+            # the label says the pair was studied and does not interact (e.g. levetiracetam and warfarin)
+            inner = f"{where} no_interaction_with {item.get('drug')!r}"
+            require(item, ("drug", "finding"), where=inner)
+            other = self.drug(item["drug"], inner)
+            provenance = _section(label, "interacts_with", item)
+            qualifiers = {"finding": str(item["finding"])}
+            self.add(Fact(subject, "no_interaction_with", other, qualifiers=qualifiers, provenance=provenance))
+            self.add(Fact(other, "no_interaction_with", subject, qualifiers=dict(qualifiers), provenance=provenance))
         for item in rec.get("interacts_with") or []:
-            inner = f"{where} interacts_with {item.get('drug')!r}"
-            require(item, ("drug", "severity", "effect"), where=inner)
+            inner = f"{where} interacts_with {item.get('drug') or item.get('class')!r}"
+            if item.get("class") and not item.get("drug"):
+                # a class-level partner the dictionary has no single drug for ("alcohol", "carbapenems")
+                require(item, ("class", "severity", "effect"), where=inner)
+                item = {**item, "drug": None}
+            else:
+                require(item, ("drug", "severity", "effect"), where=inner)
             if item["severity"] not in SEVERITIES:
                 raise CuratedDataError(f"{inner}: severity must be one of {sorted(SEVERITIES)}")
-            other = self.drug(item["drug"], inner)
+            other = (self.ref("drug_class", item["class"], self.classes, inner) if item["drug"] is None
+                     else self.drug(item["drug"], inner))
             qualifiers = {"severity": item["severity"], "effect": str(item["effect"])}
             provenance = _section(label, "interacts_with", item)
             # Interactions are symmetric: store both directions so either drug's facts() finds it.

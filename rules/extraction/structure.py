@@ -236,6 +236,10 @@ _CLAUSE_BREAK = re.compile(
 )
 
 
+_HAS_VERB = re.compile(r"\b(?:is|are|was|were|has|have|had|uses|use|used|can|may|must|should|will|would|does|do|did|"
+                       r"caps|goes|covers|sets|requires|applies|gives|held|holds|decided|takes?|costs?)\b|'s\b", re.I)
+
+
 def clauses(seg: Segment) -> list[tuple[int, int]]:
     """Document-offset spans of the clauses of a segment (the whole segment when it has none)."""
     if seg.kind == "row":
@@ -244,6 +248,9 @@ def clauses(seg: Segment) -> list[tuple[int, int]]:
     for match in _CLAUSE_BREAK.finditer(seg.text):
         if _inside_parentheses(seg.text, match.start()):
             continue
+        if re.fullmatch(r",\s+(?:(?:and|or)\s+)?", match.group(0)) \
+                and not _HAS_VERB.search(seg.text[bounds[-1] - seg.start:match.start()]):
+            continue    # "For patients over 60, the maximum is ...": a leading phrase, not a clause of its own
         bounds.append(seg.start + match.start())
     bounds.append(seg.end)
     out = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bz2
 import importlib.util
 import pickle
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -64,7 +65,35 @@ def build(data_dir: Path) -> DomainData:
     out.facts += condition_code_facts(conditions.values(), known_codes)
     classes = {e.id for e in out.entities if e.type == "drug_class"}
     out.facts += label_facts(data_dir / "medical" / "labels.yaml", manifest, name_to_id, set(conditions), classes)
+    out.entities += brand_aliases(out.facts)
     return out
+
+
+def brand_aliases(facts: list[Fact]) -> list[Entity]:
+    """Curated brand names become aliases of the labelled drug ("Synthroid" -> levothyroxine, not the
+    dictionary's separate thyroxine entry), merged into the dictionary entity by id."""
+    by_drug: dict[str, list[str]] = {}
+    for fact in facts:
+        if fact.relation == "has_brand":
+            by_drug.setdefault(fact.subject, []).append(str(fact.value))
+    return [Entity(drug_id, "drug", names[0], names) for drug_id, names in by_drug.items()]
+
+
+_UPPER_TOKENS = frozenset({"XR", "XL", "SR", "ER", "CR", "IV", "OTC", "IB", "ODT", "LA", "DS"})
+_LABEL_BRANDS = re.compile(r"^(?P<names>[A-Z][A-Z0-9-]+(?:\s+(?:[A-Z0-9-]{2,}|/))*)\s*\(|\((?P<tail>[A-Z][A-Z0-9-]{2,})\)\s*$")
+
+
+def brands_in_label(label: str) -> list[str]:
+    """Brand names a label's title states: "GLUCOPHAGE / GLUCOPHAGE XR (metformin ...)" -> Glucophage,
+    Glucophage XR; "lovastatin tablets (MEVACOR)" -> Mevacor; a generic title ("prednisone tablets") -> none."""
+    found = _LABEL_BRANDS.search(label)
+    if not found:
+        return []
+    raw = found.group("names") or found.group("tail") or ""
+    return [" ".join(w if w in _UPPER_TOKENS else w.capitalize() if "-" not in w else
+                     "-".join(p if p in _UPPER_TOKENS else p.capitalize() for p in w.split("-"))
+                     for w in name.split())
+            for name in (part.strip() for part in raw.split("/")) if name]
 
 
 # -- package data -------------------------------------------------------------------------------------
@@ -230,6 +259,10 @@ class _LabelReader:
                 qualifiers = {k: v for k, v in entry.items() if k not in ("condition", "label", "section")}
                 self.add(Fact(subject, relation, self.ref("condition", entry["condition"], self.conditions, where),
                               qualifiers=qualifiers, provenance=_section(label, relation, entry)))
+        explicit = {str(b.get("name", "")).casefold() for b in rec.get("brands") or [] if isinstance(b, dict)}
+        for name in brands_in_label(str(label.locator)):
+            if name.casefold() not in explicit:
+                self.facts.append(Fact(subject, "has_brand", value=name, provenance=_section(label, "has_brand")))
         for brand in rec.get("brands") or []:
             # {name, formulation?, salt?, setting?, indication?, label?}: what a brand name says about the product
             inner = f"{where} brands {brand.get('name') if isinstance(brand, dict) else brand!r}"

@@ -10,8 +10,9 @@ types the validator asks for, searching in this order and taking the first hit:
 3. earlier clauses of its segment, nearest first ("Colchicine 0.6 mg twice a day works out to 1.2 mg
    daily, which is ...");
 4. earlier segments, nearest first, skipping sibling list items and table rows (the subject of one
-   bullet is never the subject of the next); this is how "it", "the drug", "this case" and elided
-   subjects resolve ("Tylenol (acetaminophen) is ... Adults can take up to 4 g");
+   bullet is never the subject of the next); in a segment, its subject (a mention among its first
+   words) before its last mention; this is how "it", "the drug", "this case" and elided subjects
+   resolve ("Tylenol (acetaminophen) is ... Adults can take up to 4 g");
 5. the question the answer replies to ("what's the alpha-3 code for switzerland" -> "It's CHE").
 
 `accept` filters mentions before the search (e.g. only drugs the KG has a label for), so an ordinary
@@ -26,6 +27,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rules.claims import Document
     from rules.mentions import Mention
+
+
+# a mention within this many words of a sentence's start is its subject
+SUBJECT_WORDS = 3
 
 
 def find_antecedent(doc: Document, position: int, types: Collection[str], *,
@@ -63,6 +68,11 @@ def find_antecedent(doc: Document, position: int, types: Collection[str], *,
             continue
         found = [m for m in pool if previous.start <= m.start and m.end <= previous.end]
         if found:
+            # the subject of the sentence before ("Metronidazole doesn't ... with warfarin. Avoid alcohol while
+            # taking it": it = metronidazole), else its last mention
+            subject = found[0]
+            if len(doc.text[previous.start:subject.start].split()) <= SUBJECT_WORDS:
+                return subject
             return found[-1]
     # 5. the question
     asked = [m for m in doc.prompt_mentions(types) if accept is None or accept(m)]

@@ -229,9 +229,10 @@ def segment(text: str) -> list[Segment]:
 # A clause boundary: a semicolon; a contrastive conjunction; or ", (and) <a few words> is/are/has ..." when
 # a new subject starts its own predicate ("Mail fraud is § 1341, wire fraud is § 1343").
 _CLAUSE_BREAK = re.compile(
-    r";\s+|\s*,?\s+(?:while|whereas|but|although|though|however|whilst)\s+(?!also\b)"
-    r"|,\s+(?:and\s+|or\s+)?(?=(?:[\w'’.()-]+\s+){1,5}?(?:is|are|was|were|has|have|had|uses|use|caps|goes|"
-    r"targets|covers|sets|requires|applies|gives)\b)",
+    r";\s+|\s*,?\s+(?:while(?!\s+(?:you|you're|taking|on|being|using|he|she|they|it|pregnant|breastfeeding)\b)|"
+    r"whereas|but|although|though|however|whilst)\s+(?!also\b)"
+    r"|,\s+(?:and\s+|or\s+)?(?=(?:[\w'’.()-]+\s+){1,5}?(?:(?:is|are|was|were|has|have|had|does|do|did|can|could|"
+    r"should|would|will|must)(?:n't)?|uses|use|caps|goes|targets|covers|sets|requires|applies|gives)\b)",
     re.I,
 )
 

@@ -34,7 +34,9 @@ _DENIAL = re.compile(
     r"\b(?:is|are|it's|generally|perfectly|completely) (?:\w+ )?(?:fine|safe|ok|okay)\b|\bfine (?:together|to (?:use|take|combine))\b|"
     r"\bcan be (?:safely )?(?:taken|used|combined|given) together\b|\bwithout (?:any )?(?:risk|interaction)|"
     r"\bno (?:interaction|problem|issue)s? (?:worth|to worry)|\bnot an issue\b|\bno need to (?:avoid|separate)\b|"
-    r"\bdoesn't (?:need|require)\b|^\s*(?:safe|fine|ok)\b", re.I)
+    r"\bdoesn't (?:need|require)\b|^\s*(?:safe|fine|ok)\b|\b(?:does|do)(?:n't| not) have (?:a|any) (?:\w+ )?(?:interaction|effect)|"
+    r"\bshouldn't need (?:any )?(?:extra|additional)?|\bno (?:extra|additional) (?:INR|monitoring|checks)|"
+    r"\b(?:is|are) (?:considered )?safe\b|\bfine alongside\b", re.I)
 _ASSERTION = re.compile(
     r"interact|contraindicat|must not be (?:combined|taken|used)|should(?:n't| not) be (?:combined|taken|used)|"
     r"\bavoid|off limits|\brais\w* (?:the )?risk|increas\w* (?:the )?(?:risk|levels?|bleeding|exposure|INR)|"

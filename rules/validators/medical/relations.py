@@ -79,10 +79,19 @@ def indication(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
         if drug is None:
             continue
         kind, start = cue
+        earlier = [m for m in conditions if start <= m.start and m.end <= condition.start]
+        if earlier:      # "approved for asthma and also for COPD": each condition is its own claim
+            start = earlier[-1].end + len(re.match(r"[\s,;)]*(?:(?:and|or|as well as)\s+)?", doc.text[earlier[-1].end:]).group(0))
         span = (start, condition.end)
+        if _outcome_of_indication(doc, conditions, condition, clause):
+            continue
         negated = bool(NEGATION.search(doc.text[start:condition.start])) or bool(
             re.search(r"\b(?:isn't|is not|aren't|not|never)\b[^.;,]{0,20}$", doc.text[clause[0]:start]))
         if kind == "contraindication":
+            others = [m for m in conditions if clause[0] <= m.start < clause[1] and m is not condition]
+            if _pair_facts(doc, drug, condition, "indicated_for") and any(
+                    _pair_facts(doc, drug, other, "contraindicated_in") for other in others):
+                continue    # "contraindicated for migraine prevention in pregnant women": migraine qualifies
             findings.append(_judge_contraindication(doc, drug, condition, span, asserted=not negated))
         elif kind == "safe":
             findings.append(_judge_contraindication(doc, drug, condition, span, asserted=False))
@@ -94,6 +103,19 @@ def indication(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
             findings.append(_judge_indication(doc, drug, condition, span, negated, closed_world,
                                               doc.text[clause[0]:clause[1]]))
     return findings
+
+
+_RISK_OF = re.compile(r"\b(?:risk of|prevent\w*(?: of)?|reduc\w* (?:the )?(?:risk|incidence|chance) of)\s+$", re.I)
+_IN_PATIENTS_WITH = re.compile(r"^[^.;]{0,60}?\bin (?:patients|people|adults|those|anyone) (?:with|who have)\b", re.I)
+
+
+def _outcome_of_indication(doc: Document, conditions: list[Mention], condition: Mention, clause: tuple[int, int]) -> bool:
+    """"to reduce the risk of stroke in patients with atrial fibrillation": stroke is the outcome, the
+    condition after "in patients with" is the indication."""
+    if not _RISK_OF.search(doc.text[max(clause[0], condition.start - 40):condition.start]):
+        return False
+    after = _IN_PATIENTS_WITH.match(doc.text[condition.end:clause[1]])
+    return bool(after) and any(condition.end < m.start < clause[1] for m in conditions)
 
 
 def _condition_before(conditions: list[Mention], clause: tuple[int, int], condition: Mention) -> bool:
@@ -200,7 +222,7 @@ def _name(kg: KnowledgeGraph, entity_id: str | None) -> str:
 _CLASS_CUE_BEFORE = re.compile(
     r"(?:\b(?:is|are|was|'s|s)\s+(?:also\s+)?(?:not\s+)?(?:a|an|the|both)?\s*(?:\w+[- ])?$|"
     r"\bclass(?:ed|ified)? as\s+(?:an?\s+)?$|\b(?:type|kind|member) of (?:an?\s+)?$|\bbelongs? to (?:the\s+)?$|"
-    r"[:,(]\s*(?:an?\s+|the\s+)?$|\bis the\s+$)", re.I)
+    r":\s*(?:an?\s+|the\s+)?$|,\s+(?:an?|the)\s+$|\bis the\s+$)", re.I)
 _CLASS_HEADER = re.compile(r"\bclass\b", re.I)
 
 
@@ -303,17 +325,14 @@ def brand(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
 
 
 def _is_brand(doc: Document, mention: Mention) -> bool:
-    assert doc.kg is not None
-    written = mention.text.casefold()
-    for entity_id in mention.entity_ids:
-        entity = doc.kg.entity(entity_id)
-        if entity is None:
-            continue
-        if written == entity.name.casefold():
-            return False
-        if any(written == str(b).casefold() for b in entity.attributes.get("brand_names", []) or []):
-            return True
-    return brand_fact(doc, mention) is not None
+    """The mention is written as a curated brand name of its drug (the label's title names it)."""
+    written = _words(mention.text)
+    return any(_words(str(f.value))[:len(written)] == written for f in facts_of(doc, labelled_drug_ids(doc, mention),
+                                                                               "has_brand"))
+
+
+def _words(text: str) -> list[str]:
+    return re.sub(r"[^a-z0-9]+", " ", text.casefold()).split()
 
 
 def _judge_brand(doc: Document, brand_mention: Mention, generic: Mention, span: tuple[int, int]) -> Finding:
@@ -342,8 +361,9 @@ def _parenthetical(doc: Document, a: Mention, b: Mention) -> bool:
 
 
 def _salt_after(doc: Document, generic: Mention) -> str | None:
-    found = re.match(r"\s+(" + "|".join(_SALTS) + r")\b", doc.text[generic.end:generic.end + 20], re.I)
-    return found.group(1).casefold() if found else None
+    """The salt written with the generic ("metoprolol tartrate"), inside the mention or right after it."""
+    found = re.search(r"\b(" + "|".join(_SALTS) + r")\b", doc.text[generic.start:generic.end + 20], re.I)
+    return found.group(1).casefold() if found and found.start() <= generic.end - generic.start + 1 else None
 
 
 _FORM_CLAIM = re.compile(r"^\s*(?:is|are)\s+(?:the\s+)?(immediate|extended|sustained|delayed)[- ]release\b", re.I)

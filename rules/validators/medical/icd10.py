@@ -63,7 +63,7 @@ _EXPANSIONS: list[tuple[re.Pattern[str], str]] = [(re.compile(p, re.I), r) for p
     (r"\bn/v\b", "nausea vomiting"), (r"\bMI\b", "myocardial infarction"), (r"\bRA\b", "rheumatoid arthritis"),
     (r"\bOSA\b", "obstructive sleep apnea"), (r"\bhigh cholesterol\b", "hypercholesterolemia"),
     (r"\b(?:night(?:time)? urination|urinat\w* at night|gets? up at night(?: to urinate)?)\b", "nocturia"),
-    (r"\bstrep throat\b|\bstrep\b", "streptococcal pharyngitis"), (r"\bear infection\b", "otitis media"),
+    (r"\bpositive rapid strep\b", "streptococcal pharyngitis"), (r"\bstrep throat\b|\bstrep\b", "streptococcal pharyngitis"), (r"\bear infection\b", "otitis media"),
     (r"\bheart attack\b", "myocardial infarction"), (r"\bhigh blood pressure\b", "hypertension"),
     (r"\b(?:no|without) complications?\b", "without complications"),
     (r"\b(?:not|isn't|is not|aren't|wasn't) (?:documented|specified|stated)\b|\bwithout further detail\b|"
@@ -73,7 +73,7 @@ _EXPANSIONS: list[tuple[re.Pattern[str], str]] = [(re.compile(p, re.I), r) for p
     (r"\bsingle episode\b|\bfirst episode\b|\bfirst \(single\) episode\b", "single episode"),
     (r"\bearly[- ]onset\b", "early onset"), (r"\blate[- ]onset\b", "late onset"),
     (r"\bsevere obesity\b|\bmorbid obesity\b", "morbid severe obesity"),
-    (r"\bLDL\b", "cholesterol"), (r"\bpositive rapid strep\b", "streptococcal pharyngitis"),
+    (r"\bLDL\b", "cholesterol"),
 ]]
 _UNITS = {"i": "1", "ii": "2", "iii": "3", "iv": "4"}
 
@@ -96,6 +96,11 @@ def content_words(text: str) -> frozenset[str]:
     return frozenset(_stem(w) for w in words if w not in _STOPWORDS)
 
 
+# "unspecified ear" and the like: laterality defaults a description never states
+_LATERALITY = re.compile(r",?\s*unspecified (?:ear|eye|side|arm|leg|hand|foot|knee|hip|shoulder|lung|kidney|breast|"
+                         r"upper limb|lower limb|ovary|testis|orbit|eyelid)s?\b", re.I)
+
+
 @dataclass(frozen=True, slots=True)
 class _Entry:
     code: str
@@ -110,7 +115,7 @@ def _index() -> tuple[dict[str, _Entry], dict[str, list[str]]]:
     for code in icd.get_all_codes(True):
         if icd.is_chapter_or_block(code) or icd.is_extended_subcategory(code):
             continue
-        texts = tuple(content_words(t) for t in [icd.get_description(code), *icd.get_inclusion_term(code)])
+        texts = tuple(content_words(_LATERALITY.sub("", t)) for t in [icd.get_description(code), *icd.get_inclusion_term(code)])
         entries[code] = _Entry(code, texts)
         for word in set().union(*texts):
             postings.setdefault(word, []).append(code)
@@ -197,7 +202,14 @@ def _judge_code(doc: Document, seg: Segment, code: str, span: tuple[int, int]) -
     ranked = best_codes(words)
     best = ranked[0] if ranked else (0.0, 0.0, code)
     evidence.append(Evidence(kind="rule", description=f"the text gives it for: {description!r}"))
-    if claimed[1] >= COVERAGE_MIN and (claimed[0] >= best[0] - 0.02 or _related(code, best[2])):
+    exact = [c for f1, coverage, c in ranked if f1 >= 1.0 and not _related(code, c)]
+    if exact and claimed[0] < 1.0:
+        # another code's text is exactly the description ("Acute bronchitis, unspecified" is J20.9, not J40)
+        evidence.append(Evidence(kind="registry", description=f"the description is exactly {exact[0]}: "
+                                 f"{icd.get_description(exact[0])}", source=source, locator=locator))
+        return finding("contradicted", 0.85, evidence, False)
+    # a description whose every word the code's own text holds is consistent with it, however vague
+    if claimed[1] >= 1.0 or (claimed[1] >= COVERAGE_MIN and (claimed[0] >= best[0] - 0.02 or _related(code, best[2]))):
         return finding("supported", 0.85 if claimed[0] >= 0.6 else 0.7, evidence, True)
     if best[1] >= COVERAGE_MIN and best[0] >= claimed[0] + MARGIN and not _related(code, best[2]):
         evidence.append(Evidence(kind="registry", description=f"the description matches {best[2]}: "
@@ -211,17 +223,29 @@ def _related(code: str, other: str) -> bool:
     """Same code, or one is an ancestor of the other (E11 ~ E11.9)."""
     if not icd.is_valid_item(other):
         return False
-    a, b = icd.remove_dot(code), icd.remove_dot(other)
-    return a == b or icd.is_ancestor(a, b) or icd.is_ancestor(b, a)
+    return icd.remove_dot(code) == icd.remove_dot(other) or icd.is_ancestor(code, other) or icd.is_ancestor(other, code)
 
 
 # -- what the code is given for --------------------------------------------------------------------------
-_FOR_AFTER = re.compile(r"^\s*(?:\(|for\s+(?:the\s+|a\s+|an\s+)?|is\s+(?:for\s+)?(?:the\s+code\s+for\s+)?|"
-                        r",\s*which\s+is\s+(?:for\s+)?)(?P<desc>[^;.\n]+)", re.I)
+_PAREN_AFTER = re.compile(r"^\s*\((?P<desc>[^)]+)\)")
+_TEXT = r"(?P<desc>(?:[^;\n.]|\.(?=\d))+)"
+_FOR_AFTER = re.compile(r"^\s*(?:for\s+(?:the\s+|a\s+|an\s+)?|is\s+(?:for\s+)?(?:the\s+code\s+for\s+)?|"
+                        r",\s*which\s+is\s+(?:for\s+)?)" + _TEXT, re.I)
 _IS_BEFORE = re.compile(r"(?P<desc>[^;:.\n]+?)\s+(?:is|are|=|is coded(?: as)?|is billed as|codes? (?:to|as)|gets?)\s+"
                         r"(?:coded\s+)?(?:as\s+)?$", re.I)
+_FOR_BEFORE = re.compile(r"\bfor\s+(?:an?\s+|the\s+)?(?P<desc>[^,;]+?)(?:,\s*|\s+)(?:you'?d\s+|you would\s+|we\s+)?"
+                         r"(?:use|bill|code|report|add|pick|choose)\s+$", re.I)
 _LEADING = re.compile(r"^\s*(?:for|when|with|in)\s+(?P<desc>[^,]{3,120}),", re.I)
 _CODE_WORDS = re.compile(r"\b(?:that's|use|bill|report|code|it's|add|try)\s*$", re.I)
+_SENTENCE_LABEL = re.compile(r"\b(?:I|I'd|you|you'd|we|here|like this|this|these|following)\b", re.I)
+
+
+def _until_next_code(text: str) -> str:
+    """A description ends where the next code begins ("..., I48.0 for ...", "... and Z79.02 for ...")."""
+    found = _CODE.search(text)
+    if found:
+        text = re.sub(r"[,;]?\s*(?:and|plus)?\s*$", "", text[:found.start()])
+    return text
 
 
 def described_as(doc: Document, seg: Segment, span: tuple[int, int]) -> str:
@@ -231,31 +255,38 @@ def described_as(doc: Document, seg: Segment, span: tuple[int, int]) -> str:
         others = [c for c in seg.cells if c is not own and not _CODE.search(c.text)]
         if others:
             return others[0].text
-    if seg.label is not None and seg.label[1] <= span[0]:
-        label = doc.text[seg.label[0]:seg.label[1]]
-        paren = re.match(r"^\s*\(([^)]+)\)", doc.text[span[1]:span[1] + 120])
-        return label + (" " + paren.group(1) if paren else "")
-    after = doc.text[span[1]:doc.clause_of(span[0])[1]]
+    clause = doc.clause_of(span[0])
+    after = doc.text[span[1]:clause[1]]
+    paren = _PAREN_AFTER.match(after)
+    label = doc.text[seg.label[0]:seg.label[1]] if seg.label is not None and seg.label[1] <= span[0] else ""
+    if label and _SENTENCE_LABEL.search(label):
+        label = ""       # "I'd code it like this: ..." introduces codes, it does not describe one
+    if paren or label:
+        return " ".join(t for t in (label, paren.group("desc") if paren else "") if t)
     found = _FOR_AFTER.match(after)
     if found:
-        desc = re.split(r"\s+(?:and|plus)\s+(?=[A-Z]\d)|\s+since\s+|\)", found.group("desc"))[0]
-        since = re.search(r"\bsince\s+(.*)$", found.group("desc"))
+        text = _until_next_code(found.group("desc"))
+        desc = re.split(r"\s+since\s+", text)[0]
+        since = re.search(r"\bsince\s+(.*)$", text)
         if since:
             desc += " " + since.group(1)
         if content_words(desc):
+            leading = _LEADING.match(seg.text)
+            if leading and len(content_words(desc)) <= 2:
+                desc = leading.group("desc") + " " + desc     # "For ... severe obesity, code E66.9 for the obesity"
             return desc
-    clause = doc.clause_of(span[0])
     before = doc.text[clause[0]:span[0]]
     found = _IS_BEFORE.search(before)
     if found and not _CODE_WORDS.search(before):
         desc = re.sub(r"^\W*(?:and|but|while|whereas)\s+", "", found.group("desc"))
         if content_words(desc):
             return desc
+    found = _FOR_BEFORE.search(before)
+    if found:
+        return found.group("desc")
     leading = _LEADING.match(seg.text)
     if leading:
         return leading.group("desc")
-    if doc.prompt and _CODE_WORDS.search(before) and not re.search(r"\w", before.replace("That's", "").strip()):
-        return doc.prompt
     if doc.prompt and re.match(r"^\s*(?:That's|It's|Use|Bill|Code)\b", seg.text):
         return doc.prompt
     return ""

@@ -21,6 +21,7 @@ word or an unlabelled substance never displaces the real subject.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
 # a mention within this many words of a sentence's start is its subject
 SUBJECT_WORDS = 3
+_PRONOUN_START = re.compile(r"^\W*(?:it|it's|its|they|this drug|the drug|this medication|this case|the case|"
+                            r"this code|that code|this one)\b", re.I)
 
 
 def find_antecedent(doc: Document, position: int, types: Collection[str], *,
@@ -67,6 +70,8 @@ def find_antecedent(doc: Document, position: int, types: Collection[str], *,
         if _siblings(previous, seg):
             continue
         found = [m for m in pool if previous.start <= m.start and m.end <= previous.end]
+        if found and _PRONOUN_START.match(previous.text) and found[0].start - previous.start > 12:
+            continue    # "It must not be combined with SSRIs ...": that sentence is about an earlier subject
         if found:
             # the subject of the sentence before ("Metronidazole doesn't ... with warfarin. Avoid alcohol while
             # taking it": it = metronidazole), else its last mention

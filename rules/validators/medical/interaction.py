@@ -24,7 +24,7 @@ from rules.claims import Document
 from rules.mentions import Mention
 from rules.report import Evidence
 from rules.validators.base import Finding, kg_evidence, validator
-from rules.validators.medical.context import drug_for, is_labelled, labelled_drug_ids
+from rules.validators.medical.context import is_labelled, labelled_drug_ids
 from rules.validators.medical.relations import class_closure
 
 _DENIAL = re.compile(
@@ -64,14 +64,16 @@ def interaction(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
             asserts = bool(_ASSERTION.search(text))
             if not denies and not asserts:
                 continue
-            partners = _partners(doc, seg, clause)
+            partners, focus = _partners(doc, seg, clause)
             if len(partners) < 2:
                 continue
             span = _span(doc, seg, clause)
-            for index, first in enumerate(partners):
-                for second in partners[index + 1:]:
+            pairs = [(focus, other) for other in partners if other is not focus] if focus is not None else [
+                (first, second) for index, first in enumerate(partners) for second in partners[index + 1:]]
+            for first, second in pairs:
+                if True:
                     key = (first.entity_ids, second.entity_ids, span)
-                    if key in seen or set(first.entity_ids) & set(second.entity_ids):
+                    if key in seen or set(first.entity_ids) & set(second.entity_ids) or _member_of(doc, first, second):
                         continue
                     seen.add(key)
                     finding = _judge(doc, first, second, span, denies, text)
@@ -86,42 +88,76 @@ def _is_partner(doc: Document, mention: Mention) -> bool:
     return is_labelled(doc, mention)
 
 
-def _partners(doc: Document, seg: Any, clause: tuple[int, int]) -> list[Mention]:
-    """Distinct partners named in the clause (plus its label), completed by coreference when one is missing."""
+def _partners(doc: Document, seg: Any, clause: tuple[int, int]) -> tuple[list[Mention], Mention | None]:
+    """Distinct partners named in the clause (plus its label), and the drug the clause is about when it is
+    named by reference ("it", an elided subject): then only pairs with that drug are claims."""
     spans = [clause]
     if seg.label is not None and not (seg.label[0] >= clause[0] and seg.label[1] <= clause[1]):
         spans.append(seg.label)
     named = [m for m in _merged(doc) if any(s <= m.start and m.end <= e for s, e in spans) and _is_partner(doc, m)]
-    partners = _distinct(doc, named)
+    partners = _without_covered_classes(doc, _distinct(doc, named))
     text = doc.text[clause[0]:clause[1]]
-    if _TOGETHER.search(text) and len(partners) < 2:
+    if _TOGETHER.search(text) and len(partners) < 2 and not _PRONOUN_SUBJECT.match(text):
         previous = [s for s in doc.segments if s.end <= seg.start]
         if previous:
-            earlier = _distinct(doc, [m for m in _merged(doc) if previous[-1].start <= m.start and m.end <= previous[-1].end
-                                      and _is_partner(doc, m)])
-            partners = _distinct(doc, [*earlier[-2:], *partners])
-    elif len(partners) == 1 and (_REFERS.search(text) or not _starts_with_subject(doc, clause, partners[0])):
-        referent = drug_for(doc, clause[0]) if partners[0].start > clause[0] else None
-        if referent is None or set(labelled_drug_ids(doc, referent)) & set(labelled_drug_ids(doc, partners[0])):
-            referent = _antecedent_before(doc, clause, partners[0])
+            earlier = _without_covered_classes(doc, _distinct(doc, [
+                m for m in _merged(doc) if previous[-1].start <= m.start and m.end <= previous[-1].end and _is_partner(doc, m)]))
+            return _distinct(doc, [*earlier[:2], *partners]), None
+        return partners, None
+    pronoun = _PRONOUN_SUBJECT.match(text)
+    primary = [m for m in partners if m.entity_type == "drug" and _has_own_label(doc, m)]
+    if partners and (pronoun or not primary or (len(partners) == 1 and not _starts_with_subject(doc, clause, partners[0]))):
+        referent = _antecedent_before(doc, clause, partners)
         if referent is not None:
-            partners = _distinct(doc, [referent, *partners])
-    return partners
+            return _distinct(doc, [referent, *partners]), referent
+    return partners, None
+
+
+_PRONOUN_SUBJECT = re.compile(r"^\W*(?:[^,;]{0,40},\s*)?(?:and\s+|but\s+|so\s+|also\s+)?(?:it|it's|this drug|the drug|this medication|"
+                              r"the medication|this one|that one)\b", re.I)
+
+
+def _member_of(doc: Document, first: Mention, second: Mention) -> bool:
+    """A drug and a class it belongs to ("azithromycin" and "antibiotics") make no interaction pair."""
+    if first.entity_type == second.entity_type:
+        return False
+    drug, group = (first, second) if first.entity_type == "drug" else (second, first)
+    return bool(set(group.entity_ids) & _expand(doc, drug))
+
+
+def _has_own_label(doc: Document, mention: Mention) -> bool:
+    """A drug with its own curated label (not only named as another drug's interaction partner)."""
+    assert doc.kg is not None
+    return any(f.relation in ("max_daily_dose", "indicated_for", "in_class", "contraindicated_in")
+               for i in labelled_drug_ids(doc, mention) for f in doc.kg.facts(i))
+
+
+def _without_covered_classes(doc: Document, partners: list[Mention]) -> list[Mention]:
+    """"SSRIs such as fluoxetine and sertraline", "carbapenem antibiotics like meropenem": the named members
+    stand for the class."""
+    drugs = [m for m in partners if m.entity_type == "drug"]
+    out = []
+    for mention in partners:
+        if mention.entity_type == "drug_class" and any(set(mention.entity_ids) & _expand(doc, d) for d in drugs):
+            continue
+        out.append(mention)
+    return out
 
 
 def _starts_with_subject(doc: Document, clause: tuple[int, int], mention: Mention) -> bool:
     return not doc.text[clause[0]:mention.start].strip(" ,;:-*(")
 
 
-def _antecedent_before(doc: Document, clause: tuple[int, int], other: Mention) -> Mention | None:
-    """The nearest labelled drug before the clause that is not `other`."""
-    others = set(labelled_drug_ids(doc, other)) if other.entity_type == "drug" else set(other.entity_ids)
-    candidates = [m for m in doc.mentions(["drug"]) if not m.in_prompt and m.end <= clause[0] and is_labelled(doc, m)
-                  and not set(labelled_drug_ids(doc, m)) & others]
-    if candidates:
-        return candidates[-1]
-    asked = [m for m in doc.prompt_mentions(["drug"]) if is_labelled(doc, m) and not set(m.entity_ids) & others]
-    return asked[-1] if asked else None
+def _antecedent_before(doc: Document, clause: tuple[int, int], partners: list[Mention]) -> Mention | None:
+    """The drug an elided or pronoun subject refers to: the nearest drug with its own label before the
+    clause (the previous sentence's subject first) that is none of the partners already named."""
+    named: set[str] = set()
+    for partner in partners:
+        named |= set(labelled_drug_ids(doc, partner)) if partner.entity_type == "drug" else set(partner.entity_ids)
+    referent = doc.antecedent(clause[0], ["drug"],
+                              accept=lambda m: _has_own_label(doc, m) and not set(labelled_drug_ids(doc, m)) & named
+                              and m.end <= clause[0])
+    return referent
 
 
 def _merged(doc: Document) -> list[Mention]:

@@ -242,7 +242,7 @@ def drug_class(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
         by_structure = cell is not None and _CLASS_HEADER.search(cell.header) is not None
         if not by_structure and not _CLASS_CUE_BEFORE.search(before):
             continue
-        if re.search(r"\b(?:such as|like|including|other|with|an?y?)\s*$", before, re.I) and not by_structure and \
+        if re.search(r"\b(?:such as|like|including|other|with|any)\s*$", before, re.I) and not by_structure and \
                 not re.search(r"\b(?:is|'s|are)\s+(?:an?\s+)?$", before, re.I):
             continue
         drug = drug_for(doc, mention.start)

@@ -201,89 +201,9 @@ def _judge_bic(raw: str, bic: BIC, source: str) -> Finding:
         source=source, locator="schwifty BIC registry")])
 
 
-# -- currency codes and country currencies -------------------------------------------------------------
-_CODE_CONTEXT = re.compile(
-    r"\b(?:currency code|ISO 4217 (?:currency )?code|ISO code)\b(?:[^.;]{0,60}?\b(?:is|are|=|:)\s+|\s+)[\"'(]?(?P<code>[A-Z]{3})\b"
-)
-_CURRENCY_WORDS = re.compile(r"\b(currency|currencies|legal tender|uses the|use the|official money|denominated)\b", re.I)
-
-
 @cache
 def iso_currency_codes() -> frozenset[str]:
     return frozenset(c.alpha_3 for c in pycountry.currencies)
-
-
-@validator("finance.currency")
-def currency(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
-    """ISO 4217 codes exist (pycountry); "country X uses currency Y" against the KG's uses_currency facts."""
-    findings: list[Finding] = []
-    source = package_source("pycountry")
-    for sentence in doc.sentences:
-        code_spans: list[tuple[int, int]] = []
-        for match in _CODE_CONTEXT.finditer(sentence.text):
-            span = (sentence.start + match.start("code"), sentence.start + match.end("code"))
-            code_spans.append(span)
-            findings.append(_judge_code(doc, sentence, match.group("code"), span, source))
-        if doc.kg is None or not _CURRENCY_WORDS.search(sentence.text):
-            continue
-        countries = [m for m in doc.mentions_in(sentence, ["country"]) if not _inside(m.start, m.end, code_spans)]
-        currencies = [m for m in doc.mentions_in(sentence, ["currency"]) if not _inside(m.start, m.end, code_spans)]
-        for country in countries:
-            for money in currencies:
-                findings.append(_country_currency(doc, sentence, country.entity_ids[0], money.entity_ids[0],
-                                                  (min(country.start, money.start), max(country.end, money.end))))
-    return findings
-
-
-def _inside(start: int, end: int, spans: list[tuple[int, int]]) -> bool:
-    return any(s < end and start < e for s, e in spans)
-
-
-def _judge_code(doc: Document, sentence: Sentence, code: str, span: tuple[int, int], source: str) -> Finding:
-    """"The currency code of the Swiss franc is CHF": the code exists and belongs to the currency named."""
-    locator = "pycountry.currencies (ISO 4217)"
-    if code not in iso_currency_codes():
-        return Finding(code, span, "currency_code", "contradicted", 0.9,
-                       [Evidence(kind="registry", description=f"{code} is not an ISO 4217 currency code",
-                                 source=source, locator=locator)],
-                       citation=CitationCheck("identifier", "invalid", None))
-    named = [m for m in doc.mentions_in(sentence, ["currency"]) if not (m.start <= span[0] < m.end)]
-    ids = {entity_id for m in named for entity_id in m.entity_ids}
-    official = pycountry.currencies.get(alpha_3=code)
-    evidence = [Evidence(kind="registry", description=f"{code} is the ISO 4217 code of {official.name}",
-                         source=source, locator=locator)]
-    if not ids:
-        return Finding(code, span, "currency_code", "supported", 0.8, evidence,
-                       citation=CitationCheck("identifier", "resolved", None))
-    if f"currency:{code}" in ids:
-        return Finding(code, span, "currency_code", "supported", 0.95, evidence,
-                       citation=CitationCheck("identifier", "resolved", True))
-    return Finding(code, span, "currency_code", "contradicted", 0.9,
-                   [*evidence, Evidence(kind="registry", description=f"the currency named is {named[0].text}, "
-                                        f"whose code is {sorted(ids)[0].split(':', 1)[1]}", source=source, locator=locator)],
-                   citation=CitationCheck("identifier", "resolved", False))
-
-
-def _country_currency(doc: Document, sentence: Sentence, country_id: str, currency_id: str,
-                      span: tuple[int, int]) -> Finding:
-    assert doc.kg is not None
-    kg = doc.kg
-    text = doc.text[span[0]:span[1]]
-    facts = kg.facts(country_id, "uses_currency")
-    negated = bool(_NEGATION.search(sentence.text))
-    matching = [f for f in facts if f.object == currency_id]
-    if matching:
-        verdict = "contradicted" if negated else "supported"
-        return Finding(text, span, "country_currency", verdict, 0.95,
-                       [kg_evidence(f"{country_id} uses_currency {currency_id}", matching[0].provenance)],
-                       subject=country_id)
-    if facts and not negated:
-        used = ", ".join(f.object or "" for f in facts)
-        return Finding(text, span, "country_currency", "contradicted", 0.85,
-                       [kg_evidence(f"{country_id} uses {used}, not {currency_id}", facts[0].provenance)],
-                       subject=country_id)
-    return Finding(text, span, "country_currency", "unverifiable", 0.5,
-                   [Evidence(kind="kg_fact", description=f"no uses_currency fact for {country_id}")], subject=country_id)
 
 
 # -- list membership -----------------------------------------------------------------------------------

@@ -88,16 +88,21 @@ def _country_currency(doc: Document) -> list[Finding]:
             continue     # a bare code is judged as a code claim
         clause = doc.clause_of(currency.start)
         before = doc.text[clause[0]:currency.start]
-        if not _USES.search(before):
+        after = re.match(r"\s+(?:is|was)\s+(?:the\s+)?(?:official\s+|legal\s+|national\s+)?currency\s+(?:of|in)\s+",
+                         doc.text[currency.end:clause[1]], re.I)
+        if after:      # "the euro is the currency of Germany"
+            countries = [m for m in doc.mentions(["country"]) if currency.end + after.end() == m.start]
+        elif _USES.search(before):
+            countries = [m for m in doc.mentions(["country"]) if clause[0] <= m.start and m.end <= currency.start][-1:]
+        else:
             continue
-        countries = [m for m in doc.mentions(["country"]) if clause[0] <= m.start and m.end <= currency.start]
         if not countries:
             continue
         country = countries[-1]
         used = {f.object for i in country.entity_ids for f in doc.kg.facts(i, "uses_currency")}
         if not used:
             continue
-        span = (country.start, currency.end)
+        span = (min(country.start, currency.start), max(country.end, currency.end))
         holds = bool(used & set(currency.entity_ids))
         facts = [f for i in country.entity_ids for f in doc.kg.facts(i, "uses_currency")]
         negated = bool(re.search(r"\b(?:not|no longer|doesn't|does not|never)\b", before[country.end - clause[0]:], re.I))

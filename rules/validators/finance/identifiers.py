@@ -58,8 +58,17 @@ def identifiers(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
     """Format and check digits of security, entity and account identifiers (python-stdnum, schwifty)."""
     findings: list[Finding] = []
     bic_in_document = bool(re.search(r"\b(?:BIC|SWIFT)\b", doc.text))
+    previous_keyword: str | None = None
     for sentence in doc.sentences:
-        for start, end, declared in _identifier_candidates(sentence, bic_in_document):
+        candidates = _identifier_candidates(sentence, bic_in_document)
+        if not candidates and previous_keyword:
+            # "... Bank of America's is 026009593. Wells Fargo's is 121000249.": the type named just before
+            candidates = [(sentence.start + m.start(1), sentence.start + m.end(1), previous_keyword)
+                          for m in re.finditer(r"['’]s(?:\s+is|:)\s+([A-Z0-9]{7,20})\b", sentence.text)]
+        keywords = _KEYWORDS.findall(sentence.text)
+        if keywords:
+            previous_keyword = _KEYWORD_TYPES.get(keywords[-1].casefold(), keywords[-1].casefold())
+        for start, end, declared in candidates:
             raw = doc.text[start:end]
             kind = declared or _shape_type(raw)
             if kind is None:

@@ -106,7 +106,7 @@ def test_currency_code_claims(text: str, verdict: str) -> None:
 
 def test_polarity_is_per_clause() -> None:
     got = verdicts("Iran is on the FATF black list, but Germany is not.", "list_membership")
-    assert got == [("Iran", "supported"), ("Germany", "supported")]
+    assert got == [("Iran is on the FATF black list", "supported"), ("Germany is not", "supported")]
 
 
 def test_threshold_range_uses_the_lower_bound() -> None:
@@ -118,7 +118,7 @@ def test_threshold_range_uses_the_lower_bound() -> None:
 def test_prompt_supplies_the_date() -> None:
     # Bulgaria is on the February 2024 snapshot; a question about 2019 predates every snapshot
     answer = "Bulgaria is on the FATF grey list."
-    assert verdicts(answer, "list_membership") == [("Bulgaria", "supported")]
+    assert verdicts(answer, "list_membership") == [("Bulgaria is on the FATF grey list", "supported")]
     asked = verify(answer, "finance", kg=finance_kg(), prompt="Was Bulgaria grey-listed in 2019?")
     assert [c.verdict for c in asked.claims] == ["unverifiable"]
 

@@ -5,115 +5,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import date
 from functools import cache
 from typing import Any
 
 import pycountry
 
-from rules.claims import Document, Sentence
+from rules.claims import Document
 from rules.report import Evidence
-from rules.units import find_money, stated_date
+from rules.units import find_money
 from rules.validators.base import Finding, kg_evidence, validator
 
 
 @cache
 def iso_currency_codes() -> frozenset[str]:
     return frozenset(c.alpha_3 for c in pycountry.currencies)
-
-
-# -- list membership -----------------------------------------------------------------------------------
-_NEGATION = re.compile(
-    r"\b(not|no longer|never|removed|delisted|exited|taken off|isn't|aren't|wasn't|weren't|neither|nor)\b|n't\b", re.I
-)
-DEFAULT_LIST_PATTERNS: dict[str, list[str]] = {
-    "list:fatf_call_for_action": [r"black\s?-?list", r"call (?:for|to) action", r"high[- ]risk jurisdictions subject"],
-    "list:fatf_increased_monitoring": [r"gr[ae]y\s?-?list", r"increased monitoring"],
-    "list:eu_high_risk_third_countries": [r"\bEU\b[^.;]{0,40}high[- ]risk", r"high[- ]risk third countr",
-                                          r"2016/1675", r"European Commission'?s?[^.;]{0,30}list"],
-}
-
-
-@validator("finance.list_membership")
-def list_membership(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
-    """"X is on the FATF black list": membership in the dated snapshot that applies to the claim's date."""
-    if doc.kg is None:
-        return []
-    patterns = {list_id: [re.compile(p, re.I) for p in ps]
-                for list_id, ps in (params.get("list_patterns") or DEFAULT_LIST_PATTERNS).items()}
-    stale_days = int(params.get("stale_after_days", 180))
-    findings: list[Finding] = []
-    for sentence in doc.sentences:
-        named = [(list_id, m.start()) for list_id, ps in patterns.items() for p in ps for m in p.finditer(sentence.text)]
-        named += [(m.entity_ids[0], m.start - sentence.start) for m in doc.mentions_in(sentence, ["risk_list"])]
-        if not named:
-            continue
-        list_ids = list(dict.fromkeys(list_id for list_id, _ in sorted(named, key=lambda n: n[1])))
-        countries = doc.mentions_in(sentence, ["country"])
-        # the date the claim is about: the sentence's own, else the question's ("as of June 2025, is ...?")
-        claimed_date = stated_date(sentence.text) or (stated_date(doc.prompt) if doc.prompt else None)
-        clauses = _clauses(sentence)
-        for country in countries:
-            # polarity is per clause: "Kenya is on the grey list, but Germany is not"
-            clause = next((c for c in clauses if c[0] <= country.start < c[1]), (sentence.start, sentence.end))
-            negated = bool(_NEGATION.search(doc.text[clause[0]:clause[1]]))
-            for list_id in list_ids:
-                findings.append(_judge_membership(doc, country.entity_ids[0], list_id, negated, claimed_date,
-                                                  (country.start, country.end), stale_days))
-    return findings
-
-
-_CLAUSE_BREAK = re.compile(r",?\s+(?:but|while|whereas|although|though|however|yet)\s+|;\s*", re.I)
-
-
-def _clauses(sentence: Sentence) -> list[tuple[int, int]]:
-    """Document-offset spans of the sentence's contrastive clauses."""
-    bounds = [sentence.start]
-    bounds += [sentence.start + m.start() for m in _CLAUSE_BREAK.finditer(sentence.text)]
-    bounds.append(sentence.end)
-    return [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
-
-
-def list_snapshots(doc: Document, list_id: str) -> dict[str, set[str]]:
-    """as_of date -> countries listed in that snapshot (cached per document)."""
-    assert doc.kg is not None
-    cache_key = f"snapshots:{list_id}"
-    if cache_key not in doc.cache:
-        snapshots: dict[str, set[str]] = {}
-        for fact in doc.kg.facts(relation="listed_on", object=list_id):
-            snapshots.setdefault(str(fact.qualifiers.get("as_of", "")), set()).add(fact.subject)
-        doc.cache[cache_key] = snapshots
-    return doc.cache[cache_key]
-
-
-def _judge_membership(doc: Document, country_id: str, list_id: str, negated: bool, claimed: date | None,
-                      span: tuple[int, int], stale_days: int) -> Finding:
-    assert doc.kg is not None
-    text = doc.text[span[0]:span[1]]
-    snapshots = list_snapshots(doc, list_id)
-    list_entity = doc.kg.entity(list_id)
-    list_name = list_entity.name if list_entity else list_id
-    usable = sorted(d for d in snapshots if d and (claimed is None or d <= claimed.isoformat()))
-    if not usable:
-        why = "no snapshot of this list" if not snapshots else f"no snapshot on or before {claimed}"
-        return Finding(text, span, "list_membership", "unverifiable", 0.5,
-                       [Evidence(kind="list_snapshot", description=f"{list_name}: {why}")], subject=country_id)
-    as_of = usable[-1]
-    listed = country_id in snapshots[as_of]
-    fact = next((f for f in doc.kg.facts(country_id, "listed_on", list_id) if str(f.qualifiers.get("as_of")) == as_of), None)
-    provenance = fact.provenance if fact else (list_entity.provenance if list_entity else None)
-    state = "on" if listed else "not on"
-    evidence = [kg_evidence(f"{country_id} is {state} {list_name} in the snapshot as of {as_of}", provenance,
-                            kind="list_snapshot")]
-    evidence[0].as_of = as_of
-    confidence = 0.95
-    if claimed is not None and (claimed - date.fromisoformat(as_of)).days > stale_days:
-        evidence.append(Evidence(kind="list_snapshot", description=f"the claim refers to {claimed.isoformat()[:7]}, "
-                                 f"later than the newest snapshot ({as_of}); the list may have changed"))
-        confidence = 0.7
-    verdict = "supported" if listed != negated else "contradicted"
-    return Finding(text, span, "list_membership", verdict, confidence, evidence, subject=country_id,
-                   meta={"list": list_id, "as_of": as_of})
 
 
 # -- thresholds ----------------------------------------------------------------------------------------

@@ -40,9 +40,6 @@ _REFERENCE = re.compile(r"\b(?:on|off|from|in|of|to)\s+(?:it|them|that list|the 
 _ADDED = re.compile(r"\b(?:added|moved onto|moved to|placed on|put on|grey-listed|greylisted|gray-listed|blacklisted|"
                     r"black-listed|listed)\b(?:[^.;]{0,40})\b(?:in|on|at|since)\s*$", re.I)
 _REMOVED = re.compile(r"\b(?:removed|taken off|delisted|exited|came off|dropped)\b", re.I)
-_CUE = re.compile(r"list|\bcovers?\b|\binclude|monitoring|call for action|\bon it\b|\bon the\b|"
-                  r"\bstill there\b|\bremained\b|\bremoved\b|\badded\b", re.I)
-
 
 @dataclass(frozen=True, slots=True)
 class _ListMention:
@@ -92,11 +89,6 @@ def list_membership(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
     for country in countries:
         seg = doc.segment_of(country.start)
         clause = doc.clause_of(country.start)
-        scope_text = doc.text[clause[0]:clause[1]] + " " + (doc.text[seg.label[0]:seg.end] if seg.label else "")
-        if seg.cells:
-            scope_text += " " + seg.text
-        if not _CUE.search(scope_text) and not seg.cells:
-            continue
         for list_id, negated in _lists_for(doc, params, seg, clause, country, lists):
             when = _claim_date(doc, seg, clause, country)
             findings.append(_judge(doc, country, list_id, negated, when, clause, stale_days))

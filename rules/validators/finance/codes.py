@@ -263,6 +263,11 @@ def _currency_codes() -> dict[str, Any]:
     return {c.alpha_3: c for c in pycountry.currencies}
 
 
+def iso_currency_codes() -> frozenset[str]:
+    """Current ISO 4217 alphabetic codes (pycountry)."""
+    return frozenset(_currency_codes())
+
+
 def _is_currency(code: str) -> bool:
     return code in _currency_codes()
 

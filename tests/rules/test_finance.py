@@ -111,8 +111,8 @@ def test_polarity_is_per_clause() -> None:
 
 def test_threshold_range_uses_the_lower_bound() -> None:
     # "$3,000 to $10,000": only the lower bound is the threshold being claimed
-    assert verdicts("A CTR is required for cash from $10,000 to $20,000.", "threshold") == [
-        ("CTR is required for cash from $10,000", "supported")]
+    # (the claim's span is the amount with its comparison, not the whole sentence)
+    assert verdicts("A CTR is required for cash from $10,000 to $20,000.", "threshold") == [("$10,000", "supported")]
 
 
 def test_prompt_supplies_the_date() -> None:

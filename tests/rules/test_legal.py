@@ -3,7 +3,7 @@
 import pytest
 
 from rules import verify
-from rules.validators.legal_citations import find_case_citations
+from rules.validators.legal.citation_parsing import find_case_citations
 from tests.rules.kgs import legal_kg
 
 

@@ -23,7 +23,7 @@ from knowledge_graphs.model import Entity, KnowledgeGraph
 from rules.claims import Document
 from rules.report import Evidence, Resolution
 from rules.validators.base import CitationCheck, Finding, kg_evidence, package_source, validator
-from rules.validators.legal_citations import (
+from rules.validators.legal.citation_parsing import (
     CaseCitation,
     citation_key,
     edition_dates,

@@ -80,6 +80,8 @@ class MentionFinder:
         forms: dict[str, dict[str, list[str]]] = {}   # normalised form -> type -> ids
         # Acronym-only forms ("AND" = Andorra, "CAN" = Canada, "CTR") match only when written in capitals.
         self.caps_only: set[str] = set()
+        # short names ("Gideon", "Twombly") match only when written with an initial capital
+        self.capitalized: set[str] = set()
         lower_ok: set[str] = set()
         for entity in kg.entities():
             filter_common = entity.type in COMMON_WORD_TYPES and _package_derived(entity)
@@ -89,6 +91,8 @@ class MentionFinder:
                     continue
                 if filter_common and is_common_word(form):
                     continue
+                if surface in (entity.attributes.get("short_names") or ()):
+                    self.capitalized.add(form)
                 ids = forms.setdefault(form, {}).setdefault(entity.type, [])
                 if entity.id not in ids:
                     ids.append(entity.id)
@@ -117,6 +121,8 @@ class MentionFinder:
             # the key is " form ": its first letter sits at end_index - len(form), its last at end_index - 1
             start, end = offsets[end_index - len(form)], offsets[end_index - 1] + 1
             if form in self.caps_only and not text[start:end].isupper():
+                continue
+            if form in self.capitalized and not text[start].isupper():
                 continue
             if any(s <= start and end <= e for s, e in code_spans):
                 continue

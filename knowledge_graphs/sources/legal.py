@@ -140,13 +140,44 @@ def case_data(path: Path, manifest: Manifest, reporters: set[str], courts: set[s
             raise CuratedDataError(f"{where}: duplicate case id {case_id}; give one of them a 'slug'")
         seen.add(case_id)
         year = int(rec["year"])
-        entities.append(Entity(case_id, "case", rec["name"], list(rec.get("aliases") or []),
+        short_names = [str(n) for n in rec.get("short_names") or []]     # curated: match only when capitalised
+        entities.append(Entity(case_id, "case", rec["name"], list(rec.get("aliases") or []) + short_names,
                                {"citation": rec["citation"], "volume": volume, "reporter": reporter, "page": page,
-                                "year": year, "court": rec["court"]}, provenance))
+                                "year": year, "court": rec["court"], **({"short_names": short_names} if short_names else {})},
+                               provenance))
         facts += [Fact(case_id, "decided_by", court_id, provenance=provenance),
                   Fact(case_id, "reported_in", reporter_id, qualifiers={"volume": volume, "page": page}, provenance=provenance),
                   Fact(case_id, "decided_in_year", value=year, provenance=provenance)]
+    _add_short_names(entities)
     return entities, facts
+
+
+# Parties that never name a case on their own ("United States v. Nixon" is not "United").
+_GENERIC_PARTIES = frozenset("""united states state people commonwealth city county district columbia new york texas
+    california virginia ohio maryland washington arizona florida board national international american federal
+    sec fcc ftc epa students trustees regents president securities exchange commission department in re ex parte
+    matter inc co corp llc ltd the of bell""".split())
+
+
+def _add_short_names(entities: list[Entity]) -> None:
+    """Short names lawyers use for a case ("Gideon", "Twombly", "Palsgraf"): the first distinctive word of
+    either party, unless it is generic, an ordinary English word (wordfreq; "Loving", "Brown") or shared by
+    two cases. They match only when written with a capital (see `rules.mentions`)."""
+    from wordfreq import zipf_frequency
+
+    candidates: dict[str, list[Entity]] = {}
+    for entity in entities:
+        parties = re.split(r"\s+v\.?\s+", entity.name, maxsplit=1)
+        if len(parties) != 2:
+            continue
+        for party in parties:
+            words = [w for w in re.findall(r"[A-Za-z][A-Za-z'-]+", party) if w.casefold() not in _GENERIC_PARTIES]
+            if words and len(words[0]) > 3 and zipf_frequency(words[0], "en") < 3.5:
+                candidates.setdefault(words[0], []).append(entity)
+    for name, owners in candidates.items():
+        if len(owners) == 1 and name not in owners[0].aliases:
+            owners[0].aliases.append(name)
+            owners[0].attributes.setdefault("short_names", []).append(name)
 
 
 def fabricated_data(path: Path, manifest: Manifest, cases: set[str] | None = None) -> tuple[list[Entity], list[Fact]]:

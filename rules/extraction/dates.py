@@ -34,6 +34,10 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 
+_NOT_A_YEAR = re.compile(r"(?:§+|\bU\.?S\.?C\.?A?|\bC\.?F\.?R\.?|\bsections?|\bart(?:icle)?\.?|\brules?|\bno\.|"
+                         r"\bnumber|\bform|\bchapter|\btitle|\bp\.|\bat|\bvol\.)\s*$", re.I)
+
+
 @dataclass(frozen=True, slots=True)
 class DateMention:
     start: int
@@ -96,6 +100,8 @@ def find_dates(text: str) -> tuple[DateMention, ...]:
                 year = int(groups["year"])
             if month is not None and not 1 <= month <= 12:
                 continue
+            if precision == "year" and _NOT_A_YEAR.search(view.text[max(0, match.start() - 16):match.start()]):
+                continue     # "42 U.S.C. § 1983", "Section 2000", "Rule 1006", "No. 1462": a number, not a year
             kind = {"season": "year"}.get(precision, precision)
             start, end = view.span(match.start(), match.end())
             out.append(DateMention(start, end, year, month, day, kind, part.casefold() if part else None))

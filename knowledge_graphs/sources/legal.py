@@ -45,9 +45,10 @@ def build(data_dir: Path) -> DomainData:
     entities, facts = case_data(folder / "cases.yaml", manifest, reporters, courts)
     out.entities += entities
     out.facts += facts
-    statutes, statute_facts = load_generic(folder / "statutes.yaml", manifest)
-    out.entities += statutes
-    out.facts += statute_facts
+    for filename in ("statutes.yaml", "statute_facts.yaml", "gdpr.yaml"):
+        statutes, statute_facts = load_generic(folder / filename, manifest)
+        out.entities += statutes
+        out.facts += statute_facts
     entities, facts = fabricated_data(folder / "fabricated.yaml", manifest, {e.id for e in out.entities if e.type == "case"})
     out.entities += entities
     out.facts += facts

@@ -538,58 +538,5 @@ def _statute_index(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> StatuteIn
 _CODE_NAMES = {"usc": "U.S.C.", "cfr": "C.F.R.", "frcp": "Fed. R. Civ. P.", "fre": "Fed. R. Evid."}
 
 
-@validator("legal.statute")
-def statute(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
-    """Statute and rule references resolve against the KG; a named act must match the section cited."""
-    index = _statute_index(id(doc.kg), doc.kg.version, doc.kg) if doc.kg is not None else None
-    findings: list[Finding] = []
-    for start, end, key, sub in statute_keys(doc.text):
-        text = doc.text[start:end]
-        span = (start, end)
-        record = index.resolve(key, sub) if index is not None else None
-        sentence = doc.sentence_of(start)
-        named = _named_statutes(doc, sentence, span)
-        if record is None:
-            wrong = [n for n in named if any(k[0] == key[0] and k[1] == key[1] for k in _keys_of(n))]
-            if wrong:
-                return_f = Finding(text, span, "statute", "contradicted", 0.85,
-                                   [kg_evidence(f"{wrong[0].name} is not {text}", wrong[0].provenance)],
-                                   subject=wrong[0].id, citation=CitationCheck("statute", "unconfirmed", False))
-                findings.append(return_f)
-                continue
-            findings.append(Finding(text, span, "statute", "unverifiable", 0.5,
-                                    [Evidence(kind="kg_fact", description=f"{text} is not in the KG's statute index")],
-                                    citation=CitationCheck("statute", "unconfirmed", None)))
-            continue
-        others = [n for n in named if n.id != record.id]
-        if others and len(statute_keys(sentence.text)) == 1:
-            findings.append(Finding(text, span, "statute", "contradicted", 0.85,
-                                    [kg_evidence(f"{text} is {record.name}; {others[0].name} is a different provision",
-                                                 record.provenance)],
-                                    subject=record.id, citation=CitationCheck("statute", "resolved", False)))
-            continue
-        description = record.attributes.get("title") or record.attributes.get("short_description") or ""
-        findings.append(Finding(text, span, "statute", "supported", 0.9,
-                                [kg_evidence(f"{record.name}: {description}".rstrip(": "), record.provenance)],
-                                subject=record.id, citation=CitationCheck("statute", "resolved", True)))
-    return findings
-
-
-def _named_statutes(doc: Document, sentence: Any, citation_span: tuple[int, int]) -> list[Entity]:
-    """Statutes named (not cited) in the sentence: alias mentions outside every citation span."""
-    if doc.kg is None:
-        return []
-    cited = [(sentence.start + s, sentence.start + e) for s, e, *_ in statute_keys(sentence.text)]
-    out: list[Entity] = []
-    for mention in doc.mentions_in(sentence, ["statute"]):
-        if any(s < mention.end and mention.start < e for s, e in cited) or re.search(r"\d", mention.text):
-            continue
-        for entity_id in mention.entity_ids:
-            entity = doc.kg.entity(entity_id)
-            if entity is not None and entity not in out:
-                out.append(entity)
-    return out
-
-
 def _keys_of(entity: Entity) -> list[tuple[str, str, str]]:
     return [key for form in entity.surface_forms for _, _, key, _ in statute_keys(form)]

@@ -67,6 +67,8 @@ def find_number_words(text: str) -> list[NumberWords]:
         if any(s < match.end() and match.start() < e for s, e in taken):
             continue
         run = match.group(0)
+        if re.fullmatch(r"(?:hundred|thousand|million|billion)(?:[\s-]+(?:hundred|thousand|million|billion))*", run, re.I):
+            continue     # "20 million", "$3 billion": a scale after digits is read by the money and number finders
         value = _value(run)
         if value is None:
             continue

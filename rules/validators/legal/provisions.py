@@ -50,7 +50,14 @@ _STOP = frozenset("""a an the of and or in on for to by with is are was be been 
     what which who covers cover governs gives lets allows bars prohibits provides requires targets deals""".split())
 
 
+_EXPAND = [(re.compile(r"\bDPO\b"), "data protection officer"), (re.compile(r"\bDPIA\b"), "data protection impact assessment"),
+           (re.compile(r"\bTRO\b"), "temporary restraining order"), (re.compile(r"\bSAR\b"), "suspicious activity report"),
+           (re.compile(r"\bCTR\b"), "currency transaction report"), (re.compile(r"\bFOIA\b"), "freedom of information")]
+
+
 def _content(text: str) -> frozenset[str]:
+    for pattern, replacement in _EXPAND:
+        text = pattern.sub(replacement, text)
     words = [w[:-1] if len(w) > 4 and w.endswith("s") and not w.endswith("ss") else w for w in _WORDS.findall(text.casefold())]
     return frozenset(w for w in words if w not in _STOP and not w.isdigit())
 
@@ -91,8 +98,13 @@ def _references(doc: Document) -> list[_Ref]:
     last_title: str | None = None
     keys = statute_keys(doc.text)
     for start, end, key, sub in keys:
-        end += len(re.match(r"(?:\s+et\s+seq\.)?", doc.text[end:]).group(0))  # type: ignore[union-attr]
-        add(start, end, index.resolve(key, sub), sub)
+        et_seq = re.match(r"(?:\s+et\s+seq\.)?", doc.text[end:]).group(0)  # type: ignore[union-attr]
+        entity = index.resolve(key, sub)
+        if entity is None and et_seq:
+            # "42 U.S.C. § 2000e et seq.": the sections that follow (2000e-2, ...) belong to the range
+            entity = next((e for k, es in index.sections.items() if k[0] == key[0] and k[1] == key[1]
+                           and k[2].startswith(key[2] + "-") for e in es), None)
+        add(start, end + len(et_seq), entity, sub)
     for match in _CONSTITUTION.finditer(doc.text):
         name = f"U.S. Const. art. {match.group('art').upper()}, § {match.group('sec')}" + (
             f", cl. {match.group('cl')}" if match.group("cl") else "")
@@ -141,7 +153,8 @@ def _constitution(kg: KnowledgeGraph, match: re.Match[str]) -> Entity | None:
 # -- what is attached -----------------------------------------------------------------------------------------
 _AFTER_VERB = re.compile(r"^\W{0,3}(?:,\s*)?(?:which\s+)?(?:(?:is|are|was)\s+(?:the|a|an|for|about)|covers?|"
                          r"prohibits?|targets?|bars?|governs?|provides?|requires?|allows?|lets?|gives?|deals? with|makes?|"
-                         r"sets? out|addresses|concerns?|defines?|creates?)\b", re.I)
+                         r"sets? out|addresses|concerns?|defines?|creates?|for|is used (?:to|for)|used to|says(?: that)?|states(?: that)?|"
+                         r"provides that)\b", re.I)
 _BEFORE_VERB = re.compile(r"(?P<desc>[^;:]{3,140}?)\s+(?:(?:is|are|was)\s+(?:defined|set out|found|codified|contained|located|"
                           r"governed|covered)?\s*(?:in|under|at|by)?|(?:defined|set out|found|codified|contained)\s+(?:in|at))"
                           r"\s*(?:the\s+)?$", re.I)
@@ -178,7 +191,34 @@ def _attached(doc: Document, seg: Segment, ref: _Ref) -> tuple[str, tuple[int, i
         desc = found.group("desc")
         start = clause[0] + found.start("desc")
         return desc, (start, start + len(desc))
+    phrase = _NOUN_PHRASE_BEFORE.search(before)
+    if phrase and _content(phrase.group("desc")) and _subject_like(doc, phrase.group("desc")):
+        start = clause[0] + phrase.start("desc")
+        return phrase.group("desc"), (start, start + len(phrase.group("desc")))
     return None
+
+
+_NOT_SUBJECTS = frozenset("""arise arises arose apply applies applied available proper brought sued filed granted denied
+    dismissed dismissal exist exists lie lies fall falls come comes relief liable action actions claim claims suit""".split())
+
+
+def _subject_like(doc: Document, phrase: str) -> bool:
+    """A phrase before "in"/"under" describes a provision when it is no verb or procedural word and some
+    provision's text shares its words ("commonality", "agency action"), not "the claim arises"."""
+    words = _content(phrase)
+    if not words or phrase.split()[-1].casefold().strip("'\"") in _NOT_SUBJECTS:
+        return False
+    assert doc.kg is not None
+    texts = _provision_texts(id(doc.kg), doc.kg.version, doc.kg)
+    return any(len(words & t) / len(words) >= 0.5 for t in texts.values())
+
+
+# "the right to erasure in Article 17", "commonality under Rule 23(b)(3)", "agency action under 5 U.S.C. § 553":
+# the last few words before "in"/"under", after any verb
+_NOUN_PHRASE_BEFORE = re.compile(
+    r"(?:^|\b(?:show|shows|showed|set|sets|file|files|filed|bring|brought|sue|sued|apply|applies|applied|claim|claims|"
+    r"is|are|was|were|be|that's|it's|called|rely on|relies on|with|and|so|the)\s+|[,(]\s*)"
+    r"(?P<desc>(?:['\"\w-]+\s+){0,4}['\"\w-]+)\s+(?:in|under)\s+(?:the\s+)?$", re.I)
 
 
 # -- provision texts ------------------------------------------------------------------------------------------
@@ -271,16 +311,22 @@ def _act_claim(doc: Document, seg: Segment, ref: _Ref) -> Finding | None:
     spans = [clause] + ([(seg.start, seg.end)] if seg.label is not None or seg.cells else [])
     acts = [m for m in doc.mentions(["act"]) if any(s <= m.start < e for s, e in spans) and not m.in_prompt
             and not (ref.start <= m.start < ref.end)]
+    if not acts and re.match(r"^\W*(?:It|This|That|The act|The statute|The law)\b[^.;]{0,30}\b(?:at|in|under|is)\s*$",
+                             doc.text[clause[0]:ref.start]):
+        referent = doc.antecedent(clause[0], ["act"], accept=lambda m, at=clause[0]: m.end <= at)
+        acts = [referent] if referent is not None else []
     if not acts:
         return None
     act = min(acts, key=lambda m: abs(m.start - ref.start))
-    between = doc.text[min(act.end, ref.end):max(act.start, ref.start)]
+    between = doc.text[min(act.end, ref.end):max(act.start, ref.start)] if act.end <= clause[1] and act.start >= clause[0] else ""
     if re.search(r"[;]|\bwhile\b|\bwhereas\b", between):
         return None
     belongs = {f.object for f in doc.kg.facts(ref.entity.id, "part_of_act")}
     if not belongs:
         return None
-    span = (min(act.start, ref.start), max(act.end, ref.end))
+    span = (min(act.start, ref.start), max(act.end, ref.end)) if act.start >= clause[0] else (clause[0], ref.end)
+    while span[0] < span[1] and doc.text[span[0]] in " .,;":
+        span = (span[0] + 1, span[1])
     holds = bool(belongs & set(act.entity_ids))
     names = ", ".join(sorted(doc.kg.entity(b).name for b in belongs if b and doc.kg.entity(b)))  # type: ignore[union-attr]
     fact = doc.kg.facts(ref.entity.id, "part_of_act")[0]
@@ -310,7 +356,9 @@ def _subject_claim(doc: Document, ref: _Ref, attached: tuple[str, tuple[int, int
 
     if claimed[1] >= 0.6 and claimed[0] >= best_score[0] - 0.1:
         return finding("supported", 0.85, True)
-    if best_score[1] >= 0.6 and best_score[0] >= claimed[0] + 0.2 and claimed[1] < 0.5 and not related:
+    clearly_better = best_score[1] - claimed[1] >= 0.5 or (best_score[1] >= 0.6 and best_score[0] >= claimed[0] + 0.2
+                                                            and claimed[1] <= 0.5)
+    if clearly_better and not related:
         other = doc.kg.entity(best_id)
         evidence.append(kg_evidence(f"that describes {other.name}: {other.attributes.get('title', '')}" if other else best_id,
                                     other.provenance if other else None))
@@ -325,7 +373,7 @@ _DURATION = re.compile(r"(?P<n>\d+(?:\.\d+)?)[\s-]*(?P<unit>days?|hours?|months?
 _COUNT = re.compile(r"(?P<n>\d+)\s+(?:\w+\s+)?(?P<unit>factors?|exemptions?|prerequisites?|requirements?|elements?)\b", re.I)
 _TIMES = re.compile(r"(?P<n>\d+(?:\.\d+)?)\s+times\b|\b(?P<word>double|twice|triple)\b", re.I)
 _PERCENT = re.compile(r"(?P<n>\d+(?:\.\d+)?)\s*(?:%|percent\b)")
-_AGE = re.compile(r"\b(?:age|aged|years old)\b[^.;]{0,40}?\b(?:is|of|at|to)\s+(?P<n>\d{1,2})\b|\bnot below\s+(?P<n2>\d{1,2})\b", re.I)
+_AGE = re.compile(r"\b(?:age|aged|years old)\b[^.;]{0,80}?\b(?:is|of|at|to)\s+(?P<n>\d{1,2})\b|\bnot below\s+(?P<n2>\d{1,2})\b", re.I)
 _UNIT_NAMES = {"day": "days", "days": "days", "hour": "hours", "hours": "hours", "month": "months", "months": "months",
                "year": "years", "years": "years", "week": "weeks", "weeks": "weeks"}
 _INSIDE = re.compile(r"\b(?:is|are|was|would be)\s+(?:still\s+|already\s+)?(?P<op>inside|within|past|beyond|outside|after|over|"

@@ -225,9 +225,67 @@ def case_citation(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
     index = case_index(doc.kg) if doc.kg is not None else None
     findings = []
     for citation in _citations(doc):
-        findings.append(_judge_case(doc, citation, index, reporter_courts, (first_years, last_years),
-                                    unknown_reporter_confidence))
+        finding = _judge_case(doc, citation, index, reporter_courts, (first_years, last_years), unknown_reporter_confidence)
+        findings += split_year(doc, citation, finding, index)
     return findings
+
+
+_YEAR_PROBLEM = re.compile(r"was decided in \d{4}, not \d{4}|decision cannot be reported there")
+
+
+def split_year(doc: Document, citation: CaseCitation, finding: Finding, index: CaseIndex | None) -> list[Finding]:
+    """The citation (name, volume, reporter, page) and the year in its parenthetical are two claims: "Miranda
+    v. Arizona, 384 U.S. 436 (1976)" cites the right case and gives the wrong year. The year claim is judged
+    against the case the text names (else the cited record); the citation keeps every other check."""
+    if citation.year is None or finding.kind != "case_citation":
+        return [finding]
+    found = re.search(r"\b" + str(citation.year) + r"\b", doc.text[citation.start:citation.end])
+    if found is None:
+        return [finding]
+    year_span = (citation.start + found.start(), citation.start + found.end())
+    paren = doc.text.rfind("(", citation.start, year_span[0])
+    cite_end = paren if paren > citation.start else year_span[0]
+    while cite_end > finding.span[0] and doc.text[cite_end - 1] in " ,":
+        cite_end -= 1
+    year_evidence = [e for e in finding.evidence if _YEAR_PROBLEM.search(e.description)]
+    other = [e for e in finding.evidence if e not in year_evidence]
+    record = _year_record(doc, citation, index)
+    if record is not None and record.attributes.get("year"):
+        holds = int(record.attributes["year"]) == citation.year
+        if not holds and finding.citation is not None:
+            # citation confidence: the cited record disagrees with the year the text attaches to it
+            finding.citation = CitationCheck("case", finding.citation.resolution, False)
+        year_finding = Finding(doc.text[year_span[0]:year_span[1]], year_span, "case_year",
+                               "supported" if holds else "contradicted", 0.9,
+                               [kg_evidence(f"{record.name} was decided in {record.attributes['year']}", record.provenance)],
+                               subject=record.id)
+    elif year_evidence:
+        year_finding = Finding(doc.text[year_span[0]:year_span[1]], year_span, "case_year", "contradicted", 0.9,
+                               year_evidence, subject=finding.subject)
+    else:
+        return [finding]
+    remaining = [e for e in other if "not found in courts-db" not in e.description]
+    if finding.verdict == "contradicted" and year_evidence and not remaining:
+        # the year was the only problem: the citation itself stands
+        finding.verdict = "supported" if record is not None else "unverifiable"
+        finding.confidence = 0.9 if record is not None else 0.5
+        finding.evidence = other or ([kg_evidence(f"{record.name}, {record.attributes.get('citation', '')}",
+                                                  record.provenance)] if record is not None else [])
+        if finding.citation is not None:
+            finding.citation = CitationCheck("case", "resolved" if record is not None else "unconfirmed", False)
+    finding.span = (finding.span[0], cite_end)
+    finding.text = doc.text[finding.span[0]:cite_end]
+    return [finding, year_finding]
+
+
+def _year_record(doc: Document, citation: CaseCitation, index: CaseIndex | None) -> Entity | None:
+    if index is None:
+        return None
+    if citation.case_name:
+        named = index.cases_named(citation.case_name)
+        if named:
+            return named[0]
+    return index.by_citation.get(citation.key)
 
 
 def _citations(doc: Document) -> list[CaseCitation]:

@@ -49,8 +49,29 @@ class Mention:
     in_prompt: bool = False        # found in the question: offsets are into the prompt, not the text
 
 
+_ALNUM_RUN = re.compile(r"[^\W_]+")
+
+
 def normalise_with_offsets(text: str) -> tuple[str, list[int]]:
     """The `normalise_alias` form of `text` padded with spaces, plus a map normalised index -> original index."""
+    folded = text.casefold()
+    if len(folded) != len(text):
+        return _normalise_slowly(text)
+    # runs of letters and digits, one space between runs (and around the whole): the fast path, in C
+    chars: list[str] = [" "]
+    offsets: list[int] = [0]
+    for match in _ALNUM_RUN.finditer(folded):
+        chars.append(match.group(0))
+        offsets.extend(range(match.start(), match.end()))
+        chars.append(" ")
+        offsets.append(match.end())
+    if len(chars) == 1:
+        return " ", [0]
+    return "".join(chars), offsets
+
+
+def _normalise_slowly(text: str) -> tuple[str, list[int]]:
+    """Character by character, for text whose case folding changes its length ("Straße")."""
     chars: list[str] = [" "]
     offsets: list[int] = [0]
     previous_space = True
@@ -106,18 +127,17 @@ class MentionFinder:
         if forms:
             self.automaton.make_automaton()
         self._empty = not forms
+        self._recent: dict[str, list[tuple[int, int, dict[str, list[str]]]]] = {}   # a few texts, oldest first
 
-    def find(self, text: str, types: Collection[str]) -> list[Mention]:
-        if self._empty:
-            return []
-        wanted = frozenset(types)
+    def _raw_hits(self, text: str) -> list[tuple[int, int, dict[str, list[str]]]]:
+        """Every automaton hit in `text` (all types), scanned once per text: validators ask for different
+        entity types of the same answer, and the scan is the costly part."""
+        if text in self._recent:
+            return self._recent[text]
         normalised, offsets = normalise_with_offsets(text)
         code_spans = statute_code_spans(text)
         hits: list[tuple[int, int, dict[str, list[str]]]] = []
         for end_index, (form, by_type) in self.automaton.iter(normalised):
-            kept = {t: ids for t, ids in by_type.items() if t in wanted}
-            if not kept:
-                continue
             # the key is " form ": its first letter sits at end_index - len(form), its last at end_index - 1
             start, end = offsets[end_index - len(form)], offsets[end_index - 1] + 1
             if form in self.caps_only and not text[start:end].isupper():
@@ -126,7 +146,21 @@ class MentionFinder:
                 continue
             if any(s <= start and end <= e for s, e in code_spans):
                 continue
-            hits.append((start, end, kept))
+            hits.append((start, end, by_type))
+        if len(self._recent) >= 8:
+            self._recent.pop(next(iter(self._recent)))
+        self._recent[text] = hits
+        return hits
+
+    def find(self, text: str, types: Collection[str]) -> list[Mention]:
+        if self._empty:
+            return []
+        wanted = frozenset(types)
+        hits: list[tuple[int, int, dict[str, list[str]]]] = []
+        for start, end, by_type in self._raw_hits(text):
+            kept = {t: ids for t, ids in by_type.items() if t in wanted}
+            if kept:
+                hits.append((start, end, kept))
         hits.sort(key=lambda h: (h[0], -(h[1] - h[0])))
         mentions: list[Mention] = []
         taken_until = -1

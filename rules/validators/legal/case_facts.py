@@ -27,7 +27,7 @@ from rules.extraction.dates import DateMention, find_dates
 from rules.mentions import Mention
 from rules.report import Evidence
 from rules.validators.base import Finding, kg_evidence, validator
-from rules.validators.legal.citation_parsing import find_case_citations
+from rules.validators.legal.citations import case_citations
 from rules.validators.legal.courts import resolve_court_text
 
 _DECIDED = re.compile(r"\b(?:decided|handed down|came down|ruled|issued|dates? from|announced|argued|overrul\w*|"
@@ -45,7 +45,7 @@ def case_facts(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
     if doc.kg is None:
         return []
     findings: list[Finding] = []
-    citation_spans = [(c.start, c.end) for c in find_case_citations(doc.text)]
+    citation_spans = [(c.start, c.end) for c in case_citations(doc)]
     for seg in doc.segments:
         for date in find_dates(seg.text):
             start, end = seg.start + date.start, seg.start + date.end

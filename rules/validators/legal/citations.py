@@ -288,6 +288,11 @@ def _year_record(doc: Document, citation: CaseCitation, index: CaseIndex | None)
     return index.by_citation.get(citation.key)
 
 
+def case_citations(doc: Document) -> list[CaseCitation]:
+    """The document's case citations, found once and shared by the validators."""
+    return _citations(doc)
+
+
 def _citations(doc: Document) -> list[CaseCitation]:
     if "case_citations" not in doc.cache:
         doc.cache["case_citations"] = find_case_citations(doc.text)

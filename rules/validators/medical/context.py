@@ -39,7 +39,11 @@ def _labelled_ids(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> frozenset[
 
 
 def is_labelled(doc: Document, mention: Mention) -> bool:
-    return doc.kg is not None and any(i in labelled_ids(doc.kg) for i in drug_ids(doc, mention))
+    known: dict[tuple[int, int, bool], bool] = doc.cache.setdefault("labelled_mentions", {})
+    key = (mention.start, mention.end, mention.in_prompt)
+    if key not in known:
+        known[key] = doc.kg is not None and any(i in labelled_ids(doc.kg) for i in drug_ids(doc, mention))
+    return known[key]
 
 
 def drug_ids(doc: Document, mention: Mention) -> tuple[str, ...]:

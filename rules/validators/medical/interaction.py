@@ -58,7 +58,14 @@ def interaction(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
     findings: list[Finding] = []
     seen: set[tuple[tuple[str, ...], tuple[str, ...], tuple[int, int]]] = set()
     for seg in doc.segments:
+        named = [m for m in _merged(doc) if seg.start <= m.start < seg.end]
+        together = bool(_TOGETHER.search(seg.text))
+        if not named and not together:
+            continue     # no drug or class named: no interaction claim (the cheap test first)
         for clause in doc.clauses(seg):
+            if not together and not any(clause[0] <= m.start < clause[1] for m in named) and not (
+                    seg.label is not None and any(seg.label[0] <= m.start < seg.label[1] for m in named)):
+                continue
             text = doc.text[clause[0]:clause[1]]
             denies = bool(_DENIAL.search(text))
             asserts = bool(_ASSERTION.search(text))

@@ -247,9 +247,13 @@ def split_year(doc: Document, citation: CaseCitation, finding: Finding, index: C
     cite_end = paren if paren > citation.start else year_span[0]
     while cite_end > finding.span[0] and doc.text[cite_end - 1] in " ,":
         cite_end -= 1
-    year_evidence = [e for e in finding.evidence if _YEAR_PROBLEM.search(e.description)]
-    other = [e for e in finding.evidence if e not in year_evidence]
     record = _year_record(doc, citation, index)
+    year_right = record is not None and record.attributes.get("year") is not None and int(record.attributes["year"]) == citation.year
+    # an edition that cannot hold a decision of that year: the year's fault when the year is wrong for the case
+    # named, the reporter's or volume's when it is right ("Gibbons v. Ogden, 22 F.2d 1 (1824)")
+    year_evidence = [e for e in finding.evidence if _YEAR_PROBLEM.search(e.description)
+                     and not (year_right and "cannot be reported" in e.description)]
+    other = [e for e in finding.evidence if e not in year_evidence]
     if record is not None and record.attributes.get("year"):
         holds = int(record.attributes["year"]) == citation.year
         if not holds and finding.citation is not None:

@@ -57,7 +57,8 @@ def _districts_by_state() -> dict[str, set[str]]:
     for court in courts_db.load_courts_db():
         cite = str(court.get("citation_string") or "")
         found = re.fullmatch(r"(?:([NSEWMC])\.\s?)?D\.\s?(.+)", cite)
-        if found and court.get("type") == "trial" and "bankr" not in cite.casefold():
+        # courts-db's `type` is not reliable for district courts ("E.D. Pa." is typed appellate): federal + the form
+        if found and court.get("system") == "federal" and "bankr" not in cite.casefold():
             out.setdefault(re.sub(r"\s", "", found.group(2)), set()).add(re.sub(r"\s", "", cite))
     return out
 
@@ -143,7 +144,8 @@ def _districts(doc: Document, offset: int, text: str, source: str, locator: str)
         direction = match.group("dir")[0].upper()
         claimed = f"{direction}.D.{key}"
         if claimed in known[key]:
-            if match.re is _DISTRICT_ABBR:
+            # an existing district says nothing about the case it decided: a claim only where courts are the topic
+            if match.re is _DISTRICT_ABBR and _BLUEBOOK_CUE.search(text + " " + (doc.prompt or "")):
                 out.append(_finding(doc, (offset + match.start(), offset + match.end()), "supported", 0.85,
                                     f"{match.group(0)} is a federal district court", source, locator))
             continue

@@ -40,8 +40,10 @@ from rules.validators.medical.context import (
 _MAX_HEADER = re.compile(r"\b(max(?:imum|imums)?|ceiling|limit|highest)\b", re.I)
 # an amount that is the subject of a comparison ("3,650 mg, which is above the daily limit") is judged by
 # the comparison rule, not as a dose
-_COMPARED_AFTER = re.compile(r"^[^.;]{0,25}?\b(?:is|are|would be|was|be)\s+(?:\w+\s+){0,2}?(?:above|over|under|below|"
-                             r"more than|less than|higher than|lower than|within|past|beyond)\b", re.I)
+_COMPARED_AFTER = re.compile(r"^[^.;,]{0,25}?(?:,\s*which\s+)?\b(?:is|are|would be|was|be|'s)\s+(?:\w+\s+){0,2}?"
+                             r"(?P<op>above|over|under|below|more than|less than|higher than|lower than|within|past|beyond|"
+                             r"greater than)\b(?P<rest>[^.;]{0,60})", re.I)
+_ABOVE = ("above", "over", "more than", "higher than", "past", "beyond", "greater than")
 
 
 def doses_in(doc: Document, seg: Segment) -> list[Dose]:
@@ -63,7 +65,11 @@ def dose(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
     findings: list[Finding] = []
     for seg in doc.segments:
         for amount in doses_in(doc, seg):
-            if _COMPARED_AFTER.match(doc.text[amount.end:amount.end + 60]):
+            compared = _COMPARED_AFTER.match(doc.text[amount.end:amount.end + 100])
+            if compared:
+                drug = drug_for(doc, amount.start)
+                if drug is not None:
+                    findings.append(_judge_comparison(doc, drug, amount, compared))
                 continue
             drug = drug_for(doc, amount.start)
             if drug is None:
@@ -72,6 +78,39 @@ def dose(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
             qualifiers = qualifiers_at(doc, amount.start, drug)
             findings.append(_judge(doc, drug, replace(amount, is_maximum=stated_max), qualifiers, tolerance))
     return findings
+
+
+def _judge_comparison(doc: Document, drug: Mention, amount: Dose, compared: re.Match[str]) -> Finding:
+    """"3,650 mg, which is above the daily limit", "two 10 mg tablets would be over the limit", "300 mg is well
+    under its 800 mg daily maximum": the amount against the stated reference, else the selected maximum."""
+    op = compared.group("op").casefold()
+    rest = compared.group("rest")
+    end = amount.end + compared.end()
+    span = (amount.start, end - (len(rest) - len(rest.rstrip(" ,")) if rest else 0))
+    stated = amount.daily_amount if amount.daily_amount is not None else amount.in_base_unit() * amount.count
+    reference = [d for d in find_doses(numeric_view(rest).text) if d.start < 12]
+    ids = labelled_drug_ids(doc, drug)
+    if reference:
+        limit = reference[0].in_base_unit()
+        why = f"{stated:g} mg against the stated {limit:g} mg"
+        evidence = [Evidence(kind="rule", description=f"comparison: {why}")]
+    else:
+        qualifiers = qualifiers_at(doc, amount.start, drug)
+        qualifiers.conditions = qualifiers.conditions or [m for m in doc.mentions(["condition"])
+                                                          if amount.end <= m.start < end]
+        daily, missing = select(facts_of(doc, ids, "max_daily_dose"), qualifiers, amount.family)
+        if not daily:
+            return Finding(doc.text[span[0]:span[1]], span, "dose", "unverifiable", 0.5,
+                           [_missing(drug, qualifiers, missing)], subject=ids[0])
+        fact = max(daily, key=_base)
+        limit = _base(fact)
+        evidence = [kg_evidence(f"{drug.text}: maximum daily dose {fact.value:g} {fact.unit} ({_describe_qualifiers(fact)})",
+                                fact.provenance), Evidence(kind="rule", description=f"comparison: {stated:g} mg against "
+                                                           f"the labelled {limit:g} mg")]
+    above = stated > limit * 1.0001
+    holds = above if op in _ABOVE else not above
+    return Finding(doc.text[span[0]:span[1]], span, "dose", "supported" if holds else "contradicted", 0.85, evidence,
+                   subject=ids[0])
 
 
 def _max_by_structure(seg: Segment, position: int) -> bool:
@@ -84,6 +123,26 @@ def _max_by_structure(seg: Segment, position: int) -> bool:
 
 def _claim_span(doc: Document, amount: Dose) -> tuple[int, int]:
     return amount.start, amount.end
+
+
+def _only_for_unnamed_indication(matches: list[Fact], daily: list[Fact], qualifiers: Qualifiers) -> bool:
+    """"Adults can take up to 40 mg of tadalafil": 40 mg is the PAH maximum (another product's label), the ED
+    maximum is 20 mg, and the text names no indication: equal to one reading is no support."""
+    if qualifiers.conditions or qualifiers.indication:
+        return False
+    main = _label_name(daily[0]) if len({_label_name(f) for f in daily}) == 1 else _most_common_label(daily)
+    others = [f for f in daily if f not in matches]
+    return bool(others) and all(f.qualifiers.get("indication") and _label_name(f) != main for f in matches)
+
+
+def _label_name(fact: Fact) -> str:
+    """The product label a fact was read from (its locator before the section)."""
+    return str(fact.provenance.locator if fact.provenance else "").split(", section")[0]
+
+
+def _most_common_label(facts: list[Fact]) -> str:
+    names = [_label_name(f) for f in facts]
+    return max(set(names), key=names.count)
 
 
 def _judge(doc: Document, drug: Mention, amount: Dose, qualifiers: Qualifiers, tolerance: float) -> Finding:
@@ -111,6 +170,10 @@ def _judge(doc: Document, drug: Mention, amount: Dose, qualifiers: Qualifiers, t
         per_day = amount.daily_amount if amount.daily_amount is not None else stated
         assertion = (subject, f"max_daily_dose:{qualifiers.population}", per_day)
         matches = [f for f in daily if _close(_base(f), per_day, 0.01)]
+        if matches and _only_for_unnamed_indication(matches, daily, qualifiers):
+            return finding("unverifiable", 0.5, [describe(f, "maximum daily dose") for f in daily] + [Evidence(
+                kind="rule", description="the stated maximum is the label's for another indication than the drug's "
+                "others, and the text names no indication")], assertion)
         if matches:
             return finding("supported", 0.95, [describe(matches[0], "maximum daily dose"), _why(qualifiers)], assertion)
         return finding("contradicted", 0.9, [*(describe(f, "maximum daily dose") for f in daily), _why(qualifiers),

@@ -232,7 +232,7 @@ _TEXT = r"(?P<desc>(?:[^;\n.]|\.(?=\d))+)"
 _FOR_AFTER = re.compile(r"^\s*(?:for\s+(?:the\s+|a\s+|an\s+)?|is\s+(?:for\s+)?(?:the\s+code\s+for\s+)?|"
                         r",\s*which\s+is\s+(?:for\s+)?)" + _TEXT, re.I)
 _IS_BEFORE = re.compile(r"(?P<desc>[^;:.\n]+?)\s+(?:is|are|=|is coded(?: as)?|is billed as|codes? (?:to|as)|gets?)\s+"
-                        r"(?:coded\s+)?(?:as\s+)?$", re.I)
+                        r"(?:coded\s+)?(?:as\s+)?(?:the\s+)?(?:ICD[- ]?10(?:[- ]CM)?\s+)?(?:diagnosis\s+)?(?:code\s+)?$", re.I)
 _FOR_BEFORE = re.compile(r"\bfor\s+(?:an?\s+|the\s+)?(?P<desc>[^,;]+?)(?:,\s*|\s+)(?:you'?d\s+|you would\s+|we\s+)?"
                          r"(?:use|bill|code|report|add|pick|choose)\s+$", re.I)
 _LEADING = re.compile(r"^\s*(?:for|when|with|in)\s+(?P<desc>[^,]{3,120}),", re.I)
@@ -277,7 +277,7 @@ def described_as(doc: Document, seg: Segment, span: tuple[int, int]) -> str:
             return desc
     before = doc.text[clause[0]:span[0]]
     found = _IS_BEFORE.search(before)
-    if found and not _CODE_WORDS.search(before):
+    if found and (not _CODE_WORDS.search(before) or re.search(r"\b(?:is|are)\s+(?:the\s+)?(?:ICD[- ]?10(?:[- ]CM)?\s+)?(?:diagnosis\s+)?code\s*$", before, re.I)):
         desc = re.sub(r"^\W*(?:and|but|while|whereas)\s+", "", found.group("desc"))
         if content_words(desc):
             return desc

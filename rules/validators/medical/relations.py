@@ -43,7 +43,9 @@ from rules.validators.medical.context import (
 # -- indications and contraindications ----------------------------------------------------------------
 _CONTRA_CUE = re.compile(r"contraindicat|should(?:n't| not) be (?:used|given|taken)|must not be (?:used|given|taken)|"
                          r"do not use|avoid(?:ed)? in\b|off limits", re.I)
-_SAFE_CUE = re.compile(r"\b(?:safe|can be used|may be used|is fine|fine to use)\b[^.;]{0,30}\b(?:in|for|with)\b|"
+_SAFE_CUE = re.compile(r"\b(?:safe|is fine|fine to use)\b[^.;]{0,30}\b(?:in|for|with)\b|"
+                       r"\b(?:can be (?:safely )?(?:used|given|taken)|may be (?:used|given))\b[^.;]{0,30}\b(?:in|for|with)\b"
+                       r"(?=[^.;]{0,40}\b(?:patients?|people|those|history|anyone|pregnan|someone))|"
                        r"not contraindicated|isn't contraindicated", re.I)
 _INDICATION_CUE = re.compile(
     r"\b(?:indicat\w*|approved|approval|prescribed|treats?|treating|treated|treatment|used (?:for|to|in)|"
@@ -126,12 +128,15 @@ def _cue(doc: Document, condition: Mention, before: str, seg: Any) -> tuple[str,
     """What the clause says about the condition, and where that statement starts."""
     clause_start = doc.clause_of(condition.start)[0]
     whole = doc.text[clause_start:doc.clause_of(condition.start)[1]]
-    if _HEDGED_USE.search(whole):
-        return "offlabel", clause_start
-    for kind, pattern in (("contraindication", _CONTRA_CUE), ("safe", _SAFE_CUE), ("indication", _INDICATION_CUE)):
+    for kind, pattern in (("contraindication", _CONTRA_CUE), ("safe", _SAFE_CUE)):
         found = list(pattern.finditer(before))
         if found:
             return kind, clause_start + found[-1].start()
+    if _HEDGED_USE.search(whole):
+        return "offlabel", clause_start
+    found = list(_INDICATION_CUE.finditer(before))
+    if found:
+        return "indication", clause_start + found[-1].start()
     # "Some of its approved uses:" followed by one condition per list item
     if seg.kind == "item" and _APPROVED_USES_HEADING.search(seg.heading or ""):
         return "indication", seg.start

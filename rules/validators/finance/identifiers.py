@@ -276,13 +276,21 @@ def _attributed_issuer(doc: Document, sentence: Sentence, start: int, end: int) 
         name = possessive.group("name")
         if name is None or _name_in(name):
             return (name or "the company named before").strip()
+    ownership = re.match(r"^\s*(?:belongs to|belonged to|is (?:owned by|issued to|assigned to|registered to))\s+(?P<name>[^.;]{2,60})", after)
+    if ownership:
+        return ownership.group("name").strip()
     owner = re.match(r"^[^.;]{0,30}?\b(?:of|for|belongs to|issued to|assigned to|is)\s+(?P<name>(?:the\s+)?[A-Z][^,.;()]{1,60})", after)
     if owner and _name_in(owner.group("name")) and not _VALIDITY_CLAIM.search(owner.group(0)):
         return owner.group("name").strip()
-    of_name = re.search(r"\b(?:ISIN|LEI|CUSIP|SEDOL|FIGI|routing number|identifier)s?\s+(?:of|for)\s+(?P<name>[^,.;:()]{2,60}?)"
+    of_name = re.search(r"\b(?:ISIN|LEI|CUSIP|SEDOL|FIGI|routing number|identifier)s?\s+(?:of|for)\s+(?P<name>[^,;:()]{2,60}?)"
                         r"\s*(?:is|are|:|=)?\s*$", before)
     if of_name and _name_in(of_name.group("name")):
         return of_name.group("name").strip()
+    # "The Tesla ISIN US88160R1014", "Apple Inc. CUSIP: 037833100": the name used as a modifier.
+    modifier = re.search(r"(?P<name>[A-Z][\w&.'’-]*(?:\s+(?:&\s+)?[A-Z][\w&.'’-]*)*)\s+(?:ISIN|LEI|CUSIP|SEDOL|FIGI)"
+                         r"(?:\s+(?:code|number))?\s*(?:is|:|=)?\s*$", before)
+    if modifier and _name_in(modifier.group("name")):
+        return modifier.group("name").strip()
     name = re.search(r"(?P<name>[A-Z][^,.;:()]{1,60}?)\s+(?:carries|has|uses|trades? under|is listed with)\b", before)
     if name and _name_in(name.group("name")):
         return name.group("name").strip()

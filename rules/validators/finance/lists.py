@@ -7,9 +7,10 @@ grey list", "| Panama | Grey list |"), else with the list an "it" / "the list" r
 named before, the list heading, the question). The claim's date is its clause's, else its column
 header's or heading's, else the question's; the snapshot in force at that date judges it.
 
-Changes are claims about two snapshots: "added (to the grey list) in 2023" needs the first snapshot after
-that date to list the country; "taken off in June 2025" needs the snapshot at that date not to list it and
-the one before to list it; "remained" / "still" need the snapshot at the date to list it. A date no
+Changes are claims about two snapshots: "added (to the grey list) in 2023" needs a snapshot published in
+that period or in the stale window after it to list the country (an older or much later one says nothing of
+it); "taken off in June 2025" needs the snapshot at that date not to list it and the one before to list it;
+"remained" / "still" need the snapshot at the date to list it. A date no
 snapshot covers is unverifiable (the evidence names the snapshots held).
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 from typing import Any
 
 from rules.claims import Document, Segment
@@ -238,13 +239,18 @@ def _judge(doc: Document, country: Mention, list_id: str, negated: bool, when: D
         return finding("unverifiable", 0.5, [Evidence(kind="list_snapshot", description=f"{list_name}: no snapshot held")])
     change_added = _ADDED.search(clause_text[:clause_text.find(str(when.year))]) if when and str(when.year) in clause_text else None
     if when is not None and change_added and not negated:
-        after = [d for d in held if d >= _start_of(when)]
-        if not after:
+        # Only snapshots published in the period or soon after it speak to an addition then: a later one may
+        # list a country added since, an earlier one predates the change.
+        horizon = (date.fromisoformat(_end_of(when)) + timedelta(days=stale_days)).isoformat()
+        window = [d for d in held if _start_of(when) <= d <= horizon]
+        if not window:
             return finding("unverifiable", 0.5, [Evidence(kind="list_snapshot", description=f"{list_name}: no snapshot "
-                                                          f"after {when.describe()} (held: {', '.join(held)})")])
-        listed = country_id in snapshots[after[0]]
-        return finding("supported" if listed else "contradicted", 0.85 if listed else 0.8, [snapshot_evidence(after[0], listed),
-                       Evidence(kind="rule", description=f"a country added in {when.describe()} is on the first snapshot after it")])
+                                                          f"published in or soon after {when.describe()} (held: {', '.join(held)})")])
+        listing = next((d for d in window if country_id in snapshots[d]), None)
+        shown = listing or window[-1]
+        return finding("supported" if listing else "contradicted", 0.85 if listing else 0.8, [snapshot_evidence(shown, bool(listing)),
+                       Evidence(kind="rule", description=f"a country added in {when.describe()} is on a snapshot published "
+                                "then or within the following months")])
     if when is not None and _REMOVED.search(before_country + after_country):
         at = [d for d in held if d <= _end_of(when)]
         earlier = [d for d in held if d < _start_of(when)]

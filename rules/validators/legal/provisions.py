@@ -49,6 +49,9 @@ _STOP = frozenset("""a an the of and or in on for to by with is are was be been 
     act statute provision provisions clause part codified defined set out found core key main federal sec et seq
     what which who covers cover governs gives lets allows bars prohibits provides requires targets deals""".split())
 
+# Nouns any provision may be said to impose: alone they do not point to one provision.
+_GENERIC_NOUNS = frozenset("""duty obligation right requirement rule period limit standard test provision power
+    procedure process step thing way issue question matter""".split())
 
 _EXPAND = [(re.compile(r"\bDPO\b"), "data protection officer"), (re.compile(r"\bDPIA\b"), "data protection impact assessment"),
            (re.compile(r"\bTRO\b"), "temporary restraining order"), (re.compile(r"\bSAR\b"), "suspicious activity report"),
@@ -356,8 +359,16 @@ def _subject_claim(doc: Document, ref: _Ref, attached: tuple[str, tuple[int, int
 
     if claimed[1] >= 0.6 and claimed[0] >= best_score[0] - 0.1:
         return finding("supported", 0.85, True)
-    clearly_better = best_score[1] - claimed[1] >= 0.5 or (best_score[1] >= 0.6 and best_score[0] >= claimed[0] + 0.2
-                                                            and claimed[1] <= 0.5)
+    # Another provision is blamed only when it shares at least two of the words, or the head noun (the last word)
+    # when that is specific and no other provision uses it: one modifier ("limitations period") or a generic
+    # noun ("a separate duty") is how unrelated headings overlap.
+    shared = words & texts.get(best_id, frozenset())
+    head = _content(description.split()[-1]) if description.split() else frozenset()
+    distinctive_head = (len(shared) == 1 and shared == head and not shared & _GENERIC_NOUNS
+                        and sum(1 for t in texts.values() if shared <= t) == 1)
+    clearly_better = ((len(shared) >= min(2, len(words)) or distinctive_head)
+                      and (best_score[1] - claimed[1] >= 0.5 or (best_score[1] >= 0.6 and best_score[0] >= claimed[0] + 0.2
+                                                                 and claimed[1] <= 0.5)))
     if clearly_better and not related:
         other = doc.kg.entity(best_id)
         evidence.append(kg_evidence(f"that describes {other.name}: {other.attributes.get('title', '')}" if other else best_id,

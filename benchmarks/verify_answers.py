@@ -91,8 +91,8 @@ def overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] < b[1] and b[0] < a[1]
 
 
-def score_row(row: dict[str, Any], domain: str) -> tuple[list[Scored], int]:
-    """The planted claims of one row with their verdicts, and the count of unplanted contradicted claims."""
+def score_row(row: dict[str, Any], domain: str) -> tuple[list[Scored], list[str]]:
+    """The planted claims of one row with their verdicts, and the unplanted contradicted claims (described)."""
     from rules import verify
 
     answer = row["answer"]
@@ -112,8 +112,8 @@ def score_row(row: dict[str, Any], domain: str) -> tuple[list[Scored], int]:
             verdict=planted_verdict(c.verdict for c in hits),
             returned=tuple(f"{c.verdict} {c.kind} [{c.span[0]},{c.span[1]}) {c.text!r}" for c in hits),
         ))
-    unplanted = sum(1 for c in report.claims if c.verdict == "contradicted"
-                    and not any(overlaps(tuple(c.span), span) for _, span in planted))
+    unplanted = [f"[{row['id']}] contradicted {c.kind} [{c.span[0]},{c.span[1]}) {c.text!r}" for c in report.claims
+                 if c.verdict == "contradicted" and not any(overlaps(tuple(c.span), span) for _, span in planted)]
     return scored, unplanted
 
 
@@ -147,9 +147,9 @@ def is_failure(item: Scored, label: bool) -> bool:
     return item.verdict != ("supported" if label else "contradicted")
 
 
-def evaluate(sources: dict[str, list[dict[str, Any]]]) -> tuple[list[Scored], dict[str, int], float]:
+def evaluate(sources: dict[str, list[dict[str, Any]]]) -> tuple[list[Scored], dict[str, list[str]], float]:
     items: list[Scored] = []
-    unplanted: dict[str, int] = defaultdict(int)
+    unplanted: dict[str, list[str]] = defaultdict(list)
     started = time.perf_counter()
     for domain, rows in sources.items():
         for row in rows:
@@ -159,7 +159,7 @@ def evaluate(sources: dict[str, list[dict[str, Any]]]) -> tuple[list[Scored], di
     return items, dict(unplanted), time.perf_counter() - started
 
 
-def summarise(items: list[Scored], unplanted: dict[str, int], errata: dict[tuple[str, str], bool]) -> dict[str, Any]:
+def summarise(items: list[Scored], unplanted: dict[str, list[str]], errata: dict[tuple[str, str], bool]) -> dict[str, Any]:
     by_domain: dict[str, list[Scored]] = defaultdict(list)
     by_kind: dict[str, list[Scored]] = defaultdict(list)
     by_shape: dict[str, list[Scored]] = defaultdict(list)
@@ -168,8 +168,8 @@ def summarise(items: list[Scored], unplanted: dict[str, int], errata: dict[tuple
         by_kind[f"{item.domain}:{item.kind}"].append(item)
         for shape in item.shapes:
             by_shape[f"{item.domain}:{shape}"].append(item)
-    domains = {d: {**metrics(v), "unplanted_contradicted": unplanted.get(d, 0)} for d, v in sorted(by_domain.items())}
-    overall = {**metrics(items), "unplanted_contradicted": sum(unplanted.values())}
+    domains = {d: {**metrics(v), "unplanted_contradicted": len(unplanted.get(d, []))} for d, v in sorted(by_domain.items())}
+    overall = {**metrics(items), "unplanted_contradicted": sum(len(u) for u in unplanted.values())}
     applied = {d: metrics(v, errata) for d, v in sorted(by_domain.items())}
     applied["overall"] = metrics(items, errata)
     return {
@@ -209,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--file", type=Path, action="append", default=[],
                         help="score another answer file of the same format instead (repeatable; rows name their domain)")
     parser.add_argument("--failures", action="store_true",
-                        help="print each planted claim that misses its target (span and what came back) on stderr")
+                        help="print each planted claim that misses its target (span and what came back), then each "
+                             "unplanted contradicted claim, on stderr")
     args = parser.parse_args(argv)
     try:
         if args.file:
@@ -228,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {"benchmark": "verify_answers", **summarise(items, unplanted, errata), "seconds": round(seconds, 2)}
     if args.failures:
         print_failures(items, errata)
+        for described in (u for domain in sorted(unplanted) for u in unplanted[domain]):
+            print(f"unplanted: {described}", file=sys.stderr)
     if args.json:
         print(json.dumps(result))
     else:

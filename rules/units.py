@@ -55,7 +55,8 @@ _SINGLE_BEFORE = re.compile(r"(?:single|per) dose[^.;]{0,40}$", re.I)
 _DAILY_BEFORE = re.compile(r"(?:daily|per day|a day|/day|24[- ]hours?)\b[^.;]{0,80}$", re.I)
 # "two 500 mg tablets", "one 10 mg tablet": a count of units of a strength
 _UNIT_FORM = re.compile(r"^\s*(?:[A-Za-z-]+\s+){0,2}?(?:tablets?|capsules?|caplets?|pills?|softgels?|patch(?:es)?)\b", re.I)
-_COUNT_BEFORE = re.compile(r"\b(?P<count>\d+|one|two|three|four|five|six)\s+(?:of (?:the )?)?$", re.I)
+_COUNT_BEFORE = re.compile(r"\b(?:(?P<low>\d+|one|two|three|four|five)\s+(?:or|to)\s+)?(?P<count>\d+|one|two|three|four|five|six)"
+                           r"\s+(?:of (?:the )?)?$", re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,9 @@ class Dose:
     is_maximum: bool              # stated as a maximum ("maximum daily dose is ...", "do not exceed ...")
     low: float | None = None      # lower end of a range ("10 to 40 mg"), in `unit`
     count: float = 1.0            # units of this strength per dose ("two 500 mg tablets")
+    # The mildest reading of directions given as ranges ("1 or 2 tablets every 4 to 6 hours"): the smaller count
+    # at the longer interval, per day in the base unit; None when the directions are no range.
+    mildest_daily: float | None = None
 
     @property
     def family(self) -> str:
@@ -113,16 +117,22 @@ def find_doses(sentence: str) -> list[Dose]:
         low = parse_number(match.group("low")) if match.group("low") else None
         end = match.end()
         before = sentence[max(0, match.start() - 80):match.start()]
-        count = 1.0
+        count = count_low = 1.0
         form = _UNIT_FORM.match(sentence[end:end + 40])
         if form:       # "two 500 mg tablets three times": the strength of a unit, counted
             counted = _COUNT_BEFORE.search(before)
             if counted:
-                word = counted.group("count").casefold()
-                count = float(_NUMBER_WORDS.get(word) or int(word))
+                count = _count(counted.group("count"))
+                count_low = _count(counted.group("low")) if counted.group("low") else count
             end += form.end()
         after = sentence[end:end + 60]
         times, per, consumed = _frequency(after)
+        interval = _EVERY_HOURS.match(after[:consumed]) if per == "day" else None
+        longest = float(interval.group("h2")) if interval and interval.group("h2") else None
+        mildest = None
+        if longest is not None or count_low != count:
+            hours = longest or 24.0 / (times or 1.0)
+            mildest = (low if low is not None else value) * MASS_TO_MG.get(unit, 1.0) * count_low * 24.0 / hours
         if per is None and (stated_before := _FREQUENCY_BEFORE.search(before)):
             word = stated_before.group("n").split()[0].casefold()
             times, per = float(_TIMES.get(word) or int(word)), "day"
@@ -134,8 +144,12 @@ def find_doses(sentence: str) -> list[Dose]:
                 per = "dose"
             elif _DAILY_BEFORE.search(before):
                 times, per = 1.0, "day"   # "the maximum daily dose is 4 g"
-        doses.append(Dose(match.start(), end + consumed, value, unit, times, per, is_maximum, low, count))
+        doses.append(Dose(match.start(), end + consumed, value, unit, times, per, is_maximum, low, count, mildest))
     return doses
+
+
+def _count(word: str) -> float:
+    return float(_NUMBER_WORDS.get(word.casefold()) or int(word))
 
 
 def _frequency(after: str) -> tuple[float | None, str | None, int]:

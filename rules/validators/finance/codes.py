@@ -33,7 +33,7 @@ from rules.report import Evidence
 from rules.validators.base import CitationCheck, Finding, kg_evidence, package_source, validator
 
 _ALPHA3 = re.compile(r"(?<![\w-])([A-Z]{3})(?![\w-])")
-_ALPHA2 = re.compile(r"(?<![\w.-])([A-Z]{2})(?![\w.-])")
+_ALPHA2 = re.compile(r"(?<![\w.-])([A-Z]{2})(?![\w-])(?!\.\w)")
 _NUMERIC = re.compile(r"(?<![\w.,$€£-])(\d{3})(?![\w%-]|[.,]\d)")
 # capitals that are parts of names or other acronyms, never a code claimed for something
 _NOT_CODES = frozenset({"ISO", "CFA", "CFP", "IBAN", "BIC", "UAE", "USA", "FATF", "AML", "CTR", "MSB", "MSBS", "LEI", "SWIFT",
@@ -440,6 +440,9 @@ def _judge_country(doc: Document, seg: Segment, candidate: _Candidate, negated: 
             source=source, locator=locator)], None)
     subject = _subject(doc, seg, candidate)
     countries = sorted(_subject_countries(doc, subject)) if subject is not None and not isinstance(subject, str) else []
+    listed = _listed_countries(doc, seg, candidate)
+    if listed:
+        subject, countries = listed
     if not countries:
         if owner is None and _COUNTRY_CUE.search(_scope(doc, seg, candidate.start)):
             return _finding(doc, candidate, "contradicted", 0.85, [Evidence(
@@ -447,14 +450,50 @@ def _judge_country(doc: Document, seg: Segment, candidate: _Candidate, negated: 
         return None
     expected = {c: getattr(pycountry.countries.get(alpha_2=c), field, None) for c in countries}
     named = subject.text if isinstance(subject, Mention) else str(subject)
+    if listed:
+        expected = {c: v for c, v in expected.items() if v == code} or expected
     if code in expected.values():
-        return _finding(doc, candidate, "supported", 0.95, [Evidence(
+        return _through_named_after(doc, _finding(doc, candidate, "supported", 0.95, [Evidence(
             kind="registry", description=f"{named}: ISO 3166-1 {label} {code}", source=source, locator=locator)], True,
-            subject=f"country:{countries[0]}")
+            subject=f"country:{countries[0]}"), subject)
     what = f"{code} is the {label} code of {owner.name}" if owner is not None else f"{code} is not an ISO 3166-1 {label} code"
-    return _finding(doc, candidate, "contradicted", 0.9, [Evidence(
+    finding = _finding(doc, candidate, "contradicted", 0.9, [Evidence(
         kind="registry", description=f"the ISO 3166-1 {label} code of {named} is {', '.join(str(v) for v in expected.values())}; "
         f"{what}", source=source, locator=locator)], False, subject=f"country:{countries[0]}")
+    return _through_named_after(doc, finding, subject)
+
+
+def _through_named_after(doc: Document, finding: Finding, subject: Mention | str | None) -> Finding:
+    """"DE is the country code for Denmark": the claim runs from the code to the country named after it."""
+    if isinstance(subject, Mention) and subject.start > finding.span[1] and doc.clause_of(subject.start) == doc.clause_of(finding.span[0]):
+        finding.span = (finding.span[0], subject.end)
+        finding.text = doc.text[finding.span[0]:subject.end]
+    return finding
+
+
+_CODE_LIST = re.compile(r"\b[A-Z]{2,3}\b(?:\s*(?:,|/|and|or)\s*\b[A-Z]{2,3}\b)+")
+
+
+def _listed_countries(doc: Document, seg: Segment, candidate: _Candidate) -> tuple[str, list[str]] | None:
+    """"Polish and Cypriot IBANs start with the country code (PL, CY)": codes given as a list answer the
+    countries named before them as a list (either order), not each the nearest one."""
+    clause = doc.clause_of(candidate.start)
+    listing = next((m for m in _CODE_LIST.finditer(doc.text, clause[0], clause[1]) if m.start() <= candidate.start < m.end()), None)
+    if listing is None:
+        return None
+    size = len(re.findall(r"\b[A-Z]{2,3}\b", listing.group(0)))
+    named: list[Mention] = []
+    paragraph = doc.text.rfind("\n\n", 0, listing.start()) + 1
+    for mention in reversed(doc.mentions(["country", "currency"])):
+        if max(paragraph, listing.start() - 400) <= mention.start < listing.start() and not mention.in_prompt:
+            if not any(mention.entity_ids == m.entity_ids for m in named):
+                named.append(mention)
+        if len(named) == size:
+            break
+    if len(named) < size:
+        return None
+    countries = sorted({c for m in named for c in _subject_countries(doc, m)})
+    return " and ".join(m.text for m in reversed(named)), countries
 
 
 # -- euro (and other) adoption dates ----------------------------------------------------------------------

@@ -379,6 +379,8 @@ def identifier_formats(doc: Document, params: Mapping[str, Any]) -> list[Finding
             text = doc.text[clause[0]:clause[1]]
             for match in _LENGTH.finditer(view.text[_view_index(view, clause[0]):_view_index(view, clause[1])]):
                 start, end = view.span(_view_index(view, clause[0]) + match.start(), _view_index(view, clause[0]) + match.end())
+                if _length_of_a_part(doc.text, start, end):
+                    continue
                 entity = _identifier_type(doc, types, clause, start)
                 if entity is None or entity.name == "IBAN" and _country_named(doc, clause):
                     continue     # a country's IBAN length is judged by finance.iban_length
@@ -395,6 +397,18 @@ def identifier_formats(doc: Document, params: Mapping[str, Any]) -> list[Finding
                 findings.append(Finding(stated, span, "identifier_format", verdict, 0.9, [kg_evidence(
                     f"the {entity.name} standard is {actual}", entity.provenance, kind="registry")], subject=entity.id))
     return findings
+
+
+# "a two-letter country code", "the first six characters", "a nine-character national code": the length of a
+# part of the identifier, not of the identifier
+_PART_BEFORE = re.compile(r"\b(?:first|last|next|final|middle|leading|trailing|remaining|other)\s+$", re.I)
+_PART_AFTER = re.compile(r"^\s*(?:[\w-]+\s+){0,2}?(?:country|national|bank|branch|location|issuer|issue|check|"
+                         r"institution|account|prefix|suffix|part|portion|segment|block|group)\b", re.I)
+
+
+def _length_of_a_part(text: str, start: int, end: int) -> bool:
+    return bool(_PART_BEFORE.search(text[max(0, start - 12):start]) or _PART_AFTER.match(text[end:end + 40])
+                or re.match(r"^\s+(?:identify|identifies|are the|is the|make up|form)\b", text[end:end + 30], re.I))
 
 
 def _view_index(view: Any, offset: int) -> int:

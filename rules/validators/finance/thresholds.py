@@ -132,11 +132,32 @@ def _family_member(doc: Document, family: str, institution: str | None) -> tuple
 
 
 def _facts(doc: Document, regulation: _Regulation, currency: str, clause_text: str) -> list[Fact]:
+    """The thresholds the amount may be stated for: the regulation's, and its sibling articles' (a directive is
+    named by one article's alias), narrowed to those whose measure the clause describes best."""
     assert doc.kg is not None
-    facts = [f for rid in regulation.ids for f in doc.kg.facts(rid, "threshold") if str(f.unit).upper() == currency]
+    ids = list(regulation.ids)
+    for rid in regulation.ids:
+        if "-art-" in rid:
+            prefix = rid.split("-art-")[0] + "-art-"
+            ids += [e.id for e in doc.kg.entities("regulation") if e.id.startswith(prefix) and e.id not in ids]
+    facts = [f for rid in ids for f in doc.kg.facts(rid, "threshold") if str(f.unit).upper() == currency]
     if not re.search(r"no suspect|regardless of (?:whether )?a suspect|without a suspect|cannot be identified", clause_text, re.I):
         facts = [f for f in facts if not f.qualifiers.get("condition")] or facts
+    if len(facts) > 1:
+        said = _words(clause_text)
+        scores = [len(_words(str(f.qualifiers.get("measure", ""))) & said) for f in facts]
+        if max(scores) > 0:
+            facts = [f for f, score in zip(facts, scores, strict=True) if score == max(scores)]
+        else:
+            facts = [f for f in facts if f.subject in regulation.ids] or facts
     return facts
+
+
+_MEASURE_STOP = frozenset("amount amounts made received person more than with from into that this which their".split())
+
+
+def _words(text: str) -> set[str]:
+    return {w.rstrip("s") for w in re.findall(r"[a-z]{4,}", text.casefold())} - _MEASURE_STOP
 
 
 def _stated_comparison(doc: Document, money: Money, clause: tuple[int, int]) -> str | None:
@@ -170,10 +191,38 @@ def _judge_amount(doc: Document, seg: Segment, money: Money, upper: Money | None
     compared = _COMPARISON.match(after)
     if compared and not re.match(r"^\s*(?:or|and)\b", after):
         return _judge_comparison(doc, money, facts, compared, clause)
+    handled = doc.cache.setdefault("threshold_consequences", set())
+    if clause in handled:
+        return None      # another amount of a clause already judged as one consequence
     if _EXACTLY.search(before) or re.search(r"\b(?:deposit(?:ing)?|withdraw\w*|carry\w*|purchase|payment|transfer)\b[^.;]{0,20}$", before, re.I) \
             and (_TRIGGERS.search(after) or _NO_TRIGGER.search(after)):
-        return _judge_consequence(doc, money, facts, clause)
+        handled.add(clause)
+        amount, how = _consequence_amount(doc, money, facts, clause)
+        return _judge_consequence(doc, amount, how, facts, clause)
     return _judge_statement(doc, money, upper, facts, clause, regulation)
+
+
+_TOTAL_BEFORE = re.compile(r"\b(?:total(?:\s+of)?|combined|altogether|in all|sum of|aggregate(?:\s+of)?)\s+$", re.I)
+
+
+def _consequence_amount(doc: Document, money: Money, facts: list[Fact], clause: tuple[int, int]) -> tuple[float, str]:
+    """The amount a consequence is about: a total the text states ("the total of $10,500 would trigger"), else
+    the sum of several amounts when the rule aggregates them ("$9,500 in the morning and $600 in the afternoon":
+    one person, one business day), else the amount itself."""
+    view = numeric_view(doc.text[clause[0]:clause[1]])
+    amounts = [replace(m, start=clause[0] + view.span(m.start, m.end)[0], end=clause[0] + view.span(m.start, m.end)[1])
+               for m in find_money(view.text, known_codes=set(iso_currency_codes())) if m.currency == money.currency]
+    total = next((m for m in amounts if _TOTAL_BEFORE.search(doc.text[max(clause[0], m.start - 20):m.start])), None)
+    if total is not None:
+        return total.amount, f"the stated total {total.amount:,.0f} {money.currency}"
+    aggregates = any(f.qualifiers.get("aggregation") or re.search(r"aggregat|linked|related transactions", str(f.qualifiers.get("measure", "")))
+                     for f in facts)
+    joined = [m for m in amounts if m.start >= money.start]
+    if aggregates and len(joined) > 1 and all(re.search(r"\b(?:and|plus|then)\b", doc.text[a.end:b.start])
+                                              for a, b in zip(joined, joined[1:], strict=False)):
+        parts = " + ".join(f"{m.amount:,.0f}" for m in joined)
+        return sum(m.amount for m in joined), f"{parts} = {sum(m.amount for m in joined):,.0f} {money.currency} (aggregated)"
+    return money.amount, f"{money.amount:,.0f} {money.currency}"
 
 
 def _describe(fact: Fact) -> str:
@@ -252,18 +301,19 @@ def _judge_comparison(doc: Document, money: Money, facts: list[Fact], compared: 
         subject=fact.subject)
 
 
-def _judge_consequence(doc: Document, money: Money, facts: list[Fact], clause: tuple[int, int]) -> Finding:
+def _judge_consequence(doc: Document, amount: float, how: str, facts: list[Fact], clause: tuple[int, int]) -> Finding:
     """"exactly $10,000 would be reported", "Depositing exactly ten thousand dollars won't trigger a CTR"."""
     fact = facts[0]
-    after = doc.text[money.end:clause[1]]
+    after = doc.text[clause[0]:clause[1]]
     claims_reportable = not _NO_TRIGGER.search(after)
-    holds = _reportable(money.amount, fact) == claims_reportable
+    holds = _reportable(amount, fact) == claims_reportable
     start = clause[0] + len(re.match(r"^\W*(?:so\s+|and\s+|but\s+)?", doc.text[clause[0]:clause[1]]).group(0))  # type: ignore[union-attr]
     end = clause[1] - (1 if doc.text[clause[1] - 1] in ".;," else 0)
+    aggregation = fact.qualifiers.get("aggregation")
     return Finding(doc.text[start:end], (start, end), "threshold", "supported" if holds else "contradicted", 0.85, [
         kg_evidence(_describe(fact), fact.provenance), Evidence(
-            kind="rule", description=f"{money.amount:,.0f} {money.currency} is {'' if _reportable(money.amount, fact) else 'not '}"
-            f"covered: the rule applies to amounts {fact.qualifiers.get('comparison', '')} {fact.value:,.0f}")],
+            kind="rule", description=f"{how} is {'' if _reportable(amount, fact) else 'not '}covered: the rule applies to "
+            f"amounts {fact.qualifiers.get('comparison', '')} {fact.value:,.0f}" + (f"; {aggregation}" if aggregation else ""))],
         subject=fact.subject)
 
 

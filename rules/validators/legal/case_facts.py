@@ -32,6 +32,9 @@ from rules.validators.legal.courts import resolve_court_text
 
 _DECIDED = re.compile(r"\b(?:decided|handed down|came down|ruled|issued|dates? from|announced|argued|overrul\w*|"
                       r"abandoned|struck|held|in force|sanctioned|extended|was|were)\b", re.I)
+_DECISION_NOUNS = frozenset("decision ruling opinion case judgment holding landmark per".split())
+# a clause about a film, book or article made of a case dates that work, not the decision
+_ABOUT_A_WORK = re.compile(r"\b(?:film|book|movie|documentary|biography|play|novel|article|law review|podcast|series)\b", re.I)
 _COURT_CLAIM = re.compile(
     r"\b(?P<neg>not\s+)?(?:(?:a|an)\s+)?(?:decision|case|opinion|ruling)\s+of\s+(?P<a>[^,.;]+)|"
     r"\b(?:decided|heard|issued|handed down|filed)\s+(?:by|in)\s+(?P<b>(?:the\s+)?(?:U\.S\.\s+)?[A-Z][^,.;(]+)|"
@@ -73,6 +76,12 @@ def _judge_date(doc: Document, seg: Segment, date: DateMention, span: tuple[int,
         return _judge_range(doc, clause, date, span)
     if re.search(r"\b(?:and|to|-|–)\s*$", before) and re.search(r"\bbetween\b|\bfrom\b", before, re.I):
         return None
+    # "a 2016 film", "the 1964 Act": a year that dates something else than a decision
+    attributive = re.match(r"^\s+([a-z]\w+)", doc.text[span[1]:span[1] + 30])
+    if re.search(r"\b(?:a|an|the|its|their)\s+$", before, re.I) and attributive and attributive.group(1) not in _DECISION_NOUNS:
+        return None
+    if _ABOUT_A_WORK.search(doc.text[clause[0]:clause[1]]):
+        return None
     in_clause = [m for m in cases if clause[0] <= m.start and m.end <= span[0]]
     case: Mention | None = in_clause[-1] if in_clause else None
     if case is None and seg.cells:
@@ -81,7 +90,7 @@ def _judge_date(doc: Document, seg: Segment, date: DateMention, span: tuple[int,
             case = next((m for m in cases if seg.start <= m.start < seg.end), None)
     if case is None and seg.label is not None and re.search(r"^\s*(?:year|decided|date)", doc.text[seg.label[0]:seg.label[1]], re.I):
         case = doc.antecedent(span[0], ["case"])
-    if case is None and _DECIDED.search(before) and not re.search(r"\bfilm|book|movie|article|law review", doc.text[clause[0]:clause[1]], re.I):
+    if case is None and _DECIDED.search(before):
         case = doc.antecedent(span[0], ["case"], accept=lambda m: not m.in_prompt or True)
     if case is None:
         return None

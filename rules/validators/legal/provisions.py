@@ -35,7 +35,7 @@ from rules.extraction.numbers import numeric_view
 from rules.report import Evidence
 from rules.units import find_money
 from rules.validators.base import CitationCheck, Finding, kg_evidence, validator
-from rules.validators.legal.citations import _statute_index, statute_keys
+from rules.validators.legal.citations import _statute_index, case_citations, statute_keys
 
 _BARE_SECTION = re.compile(r"(?<![\w.])§§?\s*(?P<section>\d+[a-zA-Z]?(?:-\d+[a-z]?)?)(?P<sub>(?:\([a-zA-Z0-9]{1,4}\))*)(?:\s+et\s+seq\.)?")
 _BARE_RULE = re.compile(r"\bRule\s+(?P<section>\d+)(?P<sub>(?:\([a-zA-Z0-9]{1,4}\))*)")
@@ -159,7 +159,8 @@ _AFTER_VERB = re.compile(r"^\W{0,3}(?:,\s*)?(?:which\s+)?(?:(?:is|are|was)\s+(?:
                          r"sets? out|addresses|concerns?|defines?|creates?|for|is used (?:to|for)|used to|says(?: that)?|states(?: that)?|"
                          r"provides that)\b", re.I)
 _BEFORE_VERB = re.compile(r"(?P<desc>[^;:]{3,140}?)\s+(?:(?:is|are|was)\s+(?:defined|set out|found|codified|contained|located|"
-                          r"governed|covered)?\s*(?:in|under|at|by)?|(?:defined|set out|found|codified|contained)\s+(?:in|at))"
+                          r"governed|covered|brought|made|filed|asserted|pleaded)?\s*(?:in|under|at|by)?|(?:defined|set out|found|codified|contained)\s+(?:in|at)|"
+                          r"(?:arise|arises|lie|lies)\s+under)"
                           r"\s*(?:the\s+)?$", re.I)
 
 
@@ -194,10 +195,17 @@ def _attached(doc: Document, seg: Segment, ref: _Ref) -> tuple[str, tuple[int, i
         desc = found.group("desc")
         start = clause[0] + found.start("desc")
         return desc, (start, start + len(desc))
-    phrase = _NOUN_PHRASE_BEFORE.search(before)
-    if phrase and _content(phrase.group("desc")) and _subject_like(doc, phrase.group("desc")):
-        start = clause[0] + phrase.start("desc")
-        return phrase.group("desc"), (start, start + len(phrase.group("desc")))
+    possessive = _POSSESSIVE_AFTER.match(after)
+    if possessive and _content(possessive.group("desc")):
+        start = ref.end + possessive.start("desc")
+        return possessive.group("desc"), (start, start + len(possessive.group("desc")))
+    # The phrase after the last verb or article that still reads as a subject: "failed to show commonality
+    # under", not "plaintiffs failed to show commonality under".
+    for trigger in reversed(list(_PHRASE_START.finditer(before))):
+        phrase = _NOUN_PHRASE_AFTER_START.match(before, trigger.end())
+        if phrase and _content(phrase.group("desc")) and _subject_like(doc, phrase.group("desc")):
+            start = clause[0] + phrase.start("desc")
+            return phrase.group("desc"), (start, start + len(phrase.group("desc")))
     return None
 
 
@@ -209,7 +217,7 @@ def _subject_like(doc: Document, phrase: str) -> bool:
     """A phrase before "in"/"under" describes a provision when it is no verb or procedural word and some
     provision's text shares its words ("commonality", "agency action"), not "the claim arises"."""
     words = _content(phrase)
-    if not words or phrase.split()[-1].casefold().strip("'\"") in _NOT_SUBJECTS:
+    if not words or (phrase.split()[-1].casefold().strip("'\"") in _NOT_SUBJECTS and not words - _NOT_SUBJECTS):
         return False
     assert doc.kg is not None
     texts = _provision_texts(id(doc.kg), doc.kg.version, doc.kg)
@@ -217,11 +225,14 @@ def _subject_like(doc: Document, phrase: str) -> bool:
 
 
 # "the right to erasure in Article 17", "commonality under Rule 23(b)(3)", "agency action under 5 U.S.C. § 553":
-# the last few words before "in"/"under", after any verb
-_NOUN_PHRASE_BEFORE = re.compile(
-    r"(?:^|\b(?:show|shows|showed|set|sets|file|files|filed|bring|brought|sue|sued|apply|applies|applied|claim|claims|"
-    r"is|are|was|were|be|that's|it's|called|rely on|relies on|with|and|so|the)\s+|[,(]\s*)"
-    r"(?P<desc>(?:['\"\w-]+\s+){0,4}['\"\w-]+)\s+(?:in|under)\s+(?:the\s+)?$", re.I)
+# the last few words before "in"/"under", after a verb, an article or a comma
+_PHRASE_START = re.compile(
+    r"^|\b(?:show|shows|showed|set|sets|file|files|filed|bring|brought|sue|sued|apply|applies|applied|claim|claims|"
+    r"is|are|was|were|be|that's|it's|called|rely on|relies on|with|and|so|the)\s+|[,(]\s*", re.I)
+_NOUN_PHRASE_AFTER_START = re.compile(r"(?P<desc>(?:['\"\w-]+\s+){0,4}['\"\w-]+),?\s+(?:in|under)\s+(?:the\s+)?$", re.I)
+# "the Sixth Amendment's Confrontation Clause", "Rule 23's numerosity requirement"
+_POSSESSIVE_AFTER = re.compile(r"^['’]s\s+(?P<desc>(?:[A-Z][\w-]*\s+){0,3}[A-Z][\w-]*|(?:[\w-]+\s+){0,3}"
+                               r"(?:clause|requirement|prong|element|right|protection|guarantee))\b")
 
 
 # -- provision texts ------------------------------------------------------------------------------------------
@@ -263,15 +274,51 @@ def _judge_reference(doc: Document, ref: _Ref) -> list[Finding]:
         out.append(act)
     values = _value_claims(doc, seg, ref)
     out += values
-    attached = None if act is not None else _attached(doc, seg, ref)
-    if attached is not None and _content(attached[0]) - _content(ref.entity.name):
+    items = _enumerated_items(doc, ref)
+    out += items
+    attached = None if act is not None or items else _attached(doc, seg, ref)
+    if attached is not None and _content(attached[0]) - _content(ref.entity.name) - _NOT_SUBJECTS:
         out.append(_subject_claim(doc, ref, attached))
     if not out:
-        description = ref.entity.attributes.get("title") or ""
-        out.append(Finding(ref.text, (ref.start, ref.end), "statute", "supported", 0.9,
-                           [kg_evidence(f"{ref.entity.name}: {description}".rstrip(": "), ref.entity.provenance)],
-                           subject=ref.entity.id, citation=CitationCheck("statute", "resolved", None)))
+        out.append(_bare_reference(doc, ref))
     return out
+
+
+# Words that frame a reference without saying anything of it ("See 15 U.S.C. § 1, as amended", "X and Y apply").
+_FRAMING = frozenset("""see cf also generally e g eg i ie pursuant codified amended current version text full
+    note notes source sources citation citations reference references relevant applicable law apply applies
+    applied govern governs governed control controls both""".split())
+
+
+def _without(text: str, start: int, end: int, spans: list[tuple[int, int]]) -> str:
+    """text[start:end] with the spans of other references blanked (their words say nothing of this one)."""
+    chars = list(text[start:end])
+    for s, e in spans:
+        for i in range(max(s, start), min(e, end)):
+            chars[i - start] = " "
+    return "".join(chars)
+
+
+def _bare_reference(doc: Document, ref: _Ref) -> Finding:
+    """A reference nothing judged is attached to: it resolves, which supports it when the clause says nothing
+    more of it; when the clause does say more (a holding, a standard), the reference alone does not support that."""
+    assert doc.kg is not None and ref.entity is not None
+    description = ref.entity.attributes.get("title") or ""
+    evidence = [kg_evidence(f"{ref.entity.name}: {description}".rstrip(": "), ref.entity.provenance)]
+    seg = doc.segment_of(ref.start)
+    scope = seg.cell_at(ref.start) if seg.cells else None
+    start, end = (scope.start, scope.end) if scope is not None else doc.clause_of(ref.start)
+    others = sorted((m.start, m.end) for m in [*doc.mentions(["case", "statute", "act"]), *case_citations(doc)]
+                    if start <= m.start < end and not (ref.start <= m.start < ref.end))
+    rest = _without(doc.text, start, ref.start, others) + " " + _without(doc.text, ref.end, end, others)
+    said = _content(rest) - _content(ref.entity.name) - _FRAMING - _NOT_SUBJECTS
+    if not said:
+        return Finding(ref.text, (ref.start, ref.end), "statute", "supported", 0.9, evidence, subject=ref.entity.id,
+                       citation=CitationCheck("statute", "resolved", None))
+    evidence.append(Evidence(kind="rule", description=f"the reference resolves; what the text says with it "
+                             f"({' '.join(sorted(said)[:6])}) is not something the KG holds"))
+    return Finding(ref.text, (ref.start, ref.end), "statute", "unverifiable", 0.6, evidence, subject=ref.entity.id,
+                   citation=CitationCheck("statute", "resolved", None))
 
 
 def _named_statutes(doc: Document, ref: _Ref) -> list[Entity]:
@@ -351,7 +398,8 @@ def _subject_claim(doc: Document, ref: _Ref, attached: tuple[str, tuple[int, int
         span = (span[0], span[1] - 1)
     evidence = [kg_evidence(f"{ref.entity.name}: {ref.entity.attributes.get('title', '')}", ref.entity.provenance),
                 Evidence(kind="rule", description=f"the text attaches: {description.strip()!r}")]
-    related = best_id.split("-")[:4] == ref.entity.id.split("-")[:4]
+    # A section and its own subsections describe each other ("Rule 23" and "Rule 23(a)"); siblings do not.
+    related = best_id.startswith(ref.entity.id + "-") or ref.entity.id.startswith(best_id + "-")
 
     def finding(verdict: str, confidence: float, supports: bool | None) -> Finding:
         return Finding(doc.text[span[0]:span[1]], span, "statute", verdict, confidence, evidence,  # type: ignore[arg-type]
@@ -377,6 +425,55 @@ def _subject_claim(doc: Document, ref: _Ref, attached: tuple[str, tuple[int, int
     evidence.append(Evidence(kind="rule", description="the description matches no provision clearly enough to judge; "
                              "the citation itself resolves"))
     return finding("unverifiable", 0.6, None)
+
+
+# "has four prerequisites: numerosity, commonality, typicality and adequacy": each item is a claim of its own
+_ENUMERATION = re.compile(r"\b(?:prerequisites|requirements|elements|factors|prongs|exemptions|exceptions|conditions)\b"
+                          r"\s*(?::|are|include|includes|—|-)\s*(?P<items>[^.;:]+)", re.I)
+
+
+def _enumerated_items(doc: Document, ref: _Ref) -> list[Finding]:
+    """Items of a list the provision is said to set out: an item in its own text is supported, one only another
+    (unrelated) provision names is contradicted, anything else is unverifiable and left out."""
+    assert doc.kg is not None and ref.entity is not None
+    clause = doc.clause_of(ref.start)
+    found = _ENUMERATION.search(doc.text, ref.end, doc.segment_of(ref.start).end)
+    if found is None or found.start() > clause[1] + 1 and doc.clause_of(found.start())[0] != clause[1] + 1:
+        return []
+    texts = _provision_texts(id(doc.kg), doc.kg.version, doc.kg)
+    own = texts.get(ref.entity.id, frozenset())
+    out = []
+    chunks = list(re.finditer(r"[^,]+", found.group("items")))
+    # "a, b and c" ends in two items; with an Oxford comma ("a, b, and c") or none at all, "and" is inside an item
+    # ("the purpose and character of the use")
+    oxford = any(re.match(r"^\s*(?:and|or)\s", c.group(0)) for c in chunks)
+    for index, item in enumerate(chunks):
+        raw = re.sub(r"^\s*(?:and|or)\s+", "", item.group(0)).strip()
+        last_without_oxford = index == len(chunks) - 1 and len(chunks) > 1 and not oxford
+        parts = [p.strip() for p in re.split(r"\s+(?:and|or)\s+", raw) if p.strip()] if last_without_oxford else [raw]
+        offset = found.start("items") + item.start()
+        for part in parts:
+            words = _content(part)
+            if not words or len(part.split()) > 5:
+                continue
+            start = doc.text.index(part, offset)
+            span = (start, start + len(part))
+            subjects = "; ".join(str(f.value) for f in doc.kg.facts(ref.entity.id, "subject_matter"))
+            evidence = [kg_evidence(f"{ref.entity.name}: {ref.entity.attributes.get('title', '')}"
+                                    + (f" ({subjects})" if subjects else ""), ref.entity.provenance)]
+            if words <= own:
+                out.append(Finding(part, span, "statute", "supported", 0.8, evidence, subject=ref.entity.id,
+                                   citation=CitationCheck("statute", "resolved", True)))
+                continue
+            elsewhere = [i for i, t in texts.items() if words <= t and i != ref.entity.id
+                         and not i.startswith(ref.entity.id + "-") and not ref.entity.id.startswith(i + "-")]
+            if elsewhere:
+                other = doc.kg.entity(elsewhere[0])
+                evidence.append(kg_evidence(f"{part} belongs to {other.name if other else elsewhere[0]}",
+                                            other.provenance if other else None))
+                out.append(Finding(part, span, "statute", "contradicted", 0.8, evidence, subject=ref.entity.id,
+                                   citation=CitationCheck("statute", "resolved", False)))
+    return out
 
 
 # -- values -------------------------------------------------------------------------------------------------

@@ -193,6 +193,13 @@ def _judge(doc: Document, drug: Mention, amount: Dose, qualifiers: Qualifiers, t
         limit = _base(limit_fact) * (1 + tolerance)
         per_day = amount.daily_amount
         if per_day is not None:
+            if per_day > limit and amount.mildest_daily is not None and amount.mildest_daily <= limit:
+                # Directions given as ranges are capped separately on labels ("do not exceed 6 tablets in 24 hours"):
+                # only their mildest reading exceeding the maximum contradicts it.
+                return finding("unverifiable", 0.5, [describe(limit_fact, "maximum daily dose"), Evidence(
+                    kind="rule", description=f"directions given as ranges: {amount.mildest_daily:g} to {per_day:g} "
+                    f"{_base_unit(amount)}/day; labels cap such directions separately, so only the daily cap stated "
+                    "with them can be judged")])
             if per_day > limit:
                 return finding("contradicted", 0.9, [describe(limit_fact, "maximum daily dose"), Evidence(
                     kind="rule", description=f"stated regimen is {per_day:g} {_base_unit(amount)}/day")])

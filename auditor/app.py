@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import gc
 import inspect
@@ -16,39 +17,59 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from prometheus_client import start_http_server
 
-from auditor.api import audits, chat, completions, health, models, reaudits
+from auditor.api import audits, chat, completions, embeddings, health, models, reaudits
 from auditor.api.deps import Services
-from auditor.api.errors import audit_store_unavailable, error_response, install_error_handlers
+from auditor.api.errors import (
+    ENGINE_RETRY_AFTER,
+    audit_store_unavailable,
+    engine_unavailable,
+    error_response,
+    install_error_handlers,
+)
 from auditor.api.limits import BodySizeLimit
 from auditor.auth.keys import keys_ever_created
 from auditor.auth.principal import AuthGuard
 from auditor.gate.gate import NoClaimVerifier, Verifier
 from auditor.jobs import scoring
+from auditor.jobs.domains import install_detector
 from auditor.jobs.inprocess import EmbeddedWorker
 from auditor.jobs.settings import WorkerSettings
 from auditor.jobs.task_queue import TaskQueue, celery_queue
-from auditor.serving.inference import AuditUnavailable, BadRequest, InferenceService
+from auditor.serving.embeddings import EmbeddingService
+from auditor.serving.inference import AuditUnavailable, BadRequest, EngineUnavailable, InferenceService
 from auditor.serving.knowledge import Knowledge, NoKnowledge
 from auditor.serving.metrics import ServiceMetrics
 from auditor.settings import Settings, get_settings
 from auditor.store.database import Database
 from auditor.trail.witness import WitnessPublisher, open_witness
+from engine.memory import malloc_trim
 
 logger = logging.getLogger("auditor")
 
 
-def _load_runtime(settings: Settings) -> tuple[Any, Verifier, Knowledge]:
-    """Engine, validators and KGs for production. Imported here: they pull in torch, xgrammar and the KGs."""
+def _load_runtime(settings: Settings) -> tuple[Any, Verifier, Knowledge, Any]:
+    """Engine, validators, KGs and the domain detector for production. Imported here: they pull in torch,
+    xgrammar, the KGs and MiniLM."""
     from auditor.serving import runtime
 
-    kgs = runtime.load_kgs(settings.domains)
-    engine = runtime.load_engine(settings.resolved_model_path(), kgs)
+    options = runtime.engine_options(settings)
+    path = settings.resolved_model_path()
+    if settings.engine_address or settings.engine_process:
+        # Launched (or joined) first: the core process loads the model and its constraint while this one
+        # loads the KGs for linking and the validators.
+        engine = runtime.load_engine(path, list(settings.domains), process=True, address=settings.engine_address,
+                                     **options)
+        kgs = runtime.load_kgs(settings.domains)
+    else:
+        kgs = runtime.load_kgs(settings.domains)
+        engine = runtime.load_engine(path, kgs, **options)
     verifier = runtime.RulesVerifier(kgs)
     verifier.warm_up()
+    detector = runtime.load_detector(kgs, threshold=settings.domain_detection_threshold)
     # The KGs, tries, walk records and rule packs live as long as the process: take them out of the
     # cyclic GC's view, or each full collection (set off by allocations mid-decode) rescans them all.
     gc.freeze()
-    return engine, verifier, runtime.KgKnowledge(kgs)
+    return engine, verifier, runtime.KgKnowledge(kgs), detector
 
 
 def _start_task_queue(settings: Settings, database: Database, stack: AsyncExitStack) -> TaskQueue:
@@ -63,6 +84,14 @@ def _start_task_queue(settings: Settings, database: Database, stack: AsyncExitSt
                               stream_recovery_after_s=worker_settings.stream_recovery_after_s).start()
     stack.callback(embedded.stop)
     return embedded.queue
+
+
+async def _trim_memory_periodically(interval_s: float) -> None:
+    """Per-request allocations (validators, SQL, JSON) fragment the heap: hand freed pages back now and then,
+    or RSS only ever grows under sustained load."""
+    while True:
+        await anyio.sleep(interval_s)
+        await anyio.to_thread.run_sync(malloc_trim)
 
 
 async def _shutdown_engine(engine: Any) -> None:
@@ -84,7 +113,8 @@ def _warn_about_authentication(database: Database, auth: AuthGuard, host: str) -
 
 
 def create_app(settings: Settings | None = None, *, engine: Any = None, verifier: Verifier | None = None,
-               knowledge: Knowledge | None = None) -> FastAPI:
+               knowledge: Knowledge | None = None, detector: Any = None) -> FastAPI:
+    """`engine`, `verifier`, `knowledge`, `detector`: injected parts (tests); with no engine, all four load."""
     settings = settings or get_settings()
     metrics = ServiceMetrics()
 
@@ -98,15 +128,20 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
             if settings.auto_migrate:
                 await anyio.to_thread.run_sync(
                     functools.partial(database.upgrade, hmac_key=settings.hmac_key.get_secret_value().encode()))
-            loaded_engine, loaded_verifier, loaded_knowledge = engine, verifier, knowledge
+            loaded_engine, loaded_verifier, loaded_knowledge, loaded_detector = engine, verifier, knowledge, detector
             if engine is None:
-                loaded_engine, loaded_verifier, loaded_knowledge = await anyio.to_thread.run_sync(_load_runtime, settings)
+                loaded_engine, loaded_verifier, loaded_knowledge, loaded_detector = await anyio.to_thread.run_sync(
+                    _load_runtime, settings)
                 stack.push_async_callback(_shutdown_engine, loaded_engine)
+            if callable(getattr(loaded_engine, "start", None)):   # an engine passed in is started, not shut down
                 await loaded_engine.start()
+            if loaded_detector is not None:   # the embedded worker scores with the same detector
+                install_detector(loaded_detector)
             metrics.watch_engine(loaded_engine.stats)
             inference = InferenceService(engine=loaded_engine, database=database, settings=settings, metrics=metrics,
                                          verifier=loaded_verifier or NoClaimVerifier(),
-                                         knowledge=loaded_knowledge or NoKnowledge())
+                                         knowledge=loaded_knowledge or NoKnowledge(), detector=loaded_detector)
+            stack.callback(inference.committer.stop)
             task_queue = _start_task_queue(settings, database, stack)
             if settings.chain_witness:
                 publisher = WitnessPublisher(database, open_witness(settings.chain_witness),
@@ -118,8 +153,12 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                 stack.callback(server.shutdown)
             auth = AuthGuard(environment=settings.environment, bind_host=settings.host)
             services = Services(settings, database, loaded_engine, inference, metrics, task_queue, auth)
+            services.embeddings = EmbeddingService(database=database, settings=settings, metrics=metrics)
             app.state.services = services
             await anyio.to_thread.run_sync(_warn_about_authentication, database, auth, settings.host)
+            if settings.malloc_trim_interval_s:
+                trimmer = asyncio.create_task(_trim_memory_periodically(settings.malloc_trim_interval_s))
+                stack.callback(trimmer.cancel)
             services.ready = True
             try:
                 yield
@@ -136,6 +175,11 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
         error = audit_store_unavailable()
         return error_response(error.status_code, error.message, error.code)
 
+    @app.exception_handler(EngineUnavailable)
+    async def _engine_unavailable(_request: Request, exc: EngineUnavailable) -> JSONResponse:
+        error = engine_unavailable(str(exc))
+        return error_response(error.status_code, error.message, error.code, headers=ENGINE_RETRY_AFTER)
+
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
         # Still a bug when it happens, but the client gets the OpenAI shape and the log gets the traceback.
@@ -146,6 +190,7 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
     async def _bad_request(_request: Request, exc: BadRequest) -> JSONResponse:
         return error_response(400, str(exc), exc.code, exc.param)
 
-    for router in (chat.router, completions.router, models.router, audits.router, reaudits.router, health.router):
+    for router in (chat.router, completions.router, embeddings.router, models.router, audits.router, reaudits.router,
+                   health.router):
         app.include_router(router)
     return app

@@ -37,6 +37,24 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
     domains: list[str] = Field(default_factory=lambda: ["medical", "finance", "legal"])
     default_max_tokens: int = Field(default=256, ge=1)
+    # The engine core runs in its own process (its step loop shares no GIL with HTTP, validation and SQL) and is
+    # restarted if it dies; False runs it on a thread of this process (tests, debugging).
+    engine_process: bool = True
+    # Join an engine core that runs on its own (`auditor engine-core`, shared by several API processes) at this
+    # ZeroMQ address, e.g. "ipc:///run/auditor/engine", instead of starting one. Same model path on both sides.
+    engine_address: str | None = None
+    engine_threads: int | None = Field(default=None, ge=1)   # torch CPU threads of the engine; None: torch's default
+    # KG-constraint caches, least recently used dropped first: allowed sets kept per domain, and decoding states
+    # (masks, transitions) kept per allowed set. Memory stays flat under traffic that keeps linking new sets.
+    kg_constraint_views: int = Field(default=64, ge=1)
+    kg_constraint_masks_per_view: int = Field(default=4096, ge=16)
+    kg_constraint_shared_per_domain: int = Field(default=65_536, ge=16)
+    # Where the compiled KG-constraint indices are kept between starts (keyed by KG version, tokenizer and code),
+    # so a warm start skips most of the compile. None: no disk cache.
+    index_cache_dir: Path | None = Path("./var/cache/kg-index")
+    # How often freed heap pages are handed back to the OS (glibc malloc_trim) in the API process; the engine
+    # core does the same in its own. 0: never.
+    malloc_trim_interval_s: float = Field(default=30.0, ge=0)
     # Per-domain retention of record content, in days (None/absent -> default_retention_days).
     retention_days: dict[str, int] = Field(default_factory=dict)
     default_retention_days: int | None = None             # None -> keep forever
@@ -60,6 +78,14 @@ class Settings(BaseSettings):
     # Output-gate PII rule: what to do with PII in model output, per domain (default for the rest).
     output_pii_action: dict[str, Literal["allow", "annotate", "redact", "block"]] = Field(default_factory=dict)
     default_output_pii_action: Literal["allow", "annotate", "redact", "block"] = "redact"
+    # Gate policies on tool calls (YAML, see auditor/gate/tool_policies.yaml); None: the built-in ones.
+    tool_policy_file: Path | None = None
+    # Requests (and imported outputs) that name no domain: "detect" it from prompt and output, "require" one
+    # (400), or leave them unverified ("off"). The default for tenants without their own choice, which lives
+    # in the tenant_settings table (`auditor tenants set-detection`).
+    domain_detection: Literal["detect", "require", "off"] = "detect"
+    # A domain is detected when the classifier's probability reaches this (see docs/domain-detection.md).
+    domain_detection_threshold: float = Field(default=0.6, gt=0, le=1)
 
     @model_validator(mode="after")
     def _refuse_weak_secret(self) -> Settings:

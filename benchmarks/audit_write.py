@@ -6,6 +6,9 @@ PII redaction of the stored copy + `append_record` (canonical digest, chain-head
 insert, checkpoint every 100, commit). Rounds alternate between backends (interleaved) and the
 percentiles pool every round; records_per_s is the median over rounds of 8 concurrent writer threads.
 
+It also measures what streaming durability costs: `segment_ms_*` is one streamed sentence committed as a
+`stream_segments` row (PII-redacted, one INSERT and its commit) before it may be flushed to the client.
+
     python -m benchmarks.audit_write --json [--postgres-url URL] [--rounds 5] [--requests 200]
 """
 
@@ -28,6 +31,7 @@ from auditor.gate.pii import redact_pii
 from auditor.store.database import ChainKey, Database
 from auditor.store.scratch import scratch_schema
 from auditor.trail.records import NewRecord, append_record
+from auditor.trail.segments import StreamOpening, commit_segment, open_stream, release_segments
 
 KEY = b"benchmark-hmac-key-not-secret-0123456789"
 CHECKPOINT_INTERVAL = 100
@@ -99,6 +103,23 @@ def sequential_latencies_ms(database: Database, requests: int, offset: int) -> l
     return latencies
 
 
+SENTENCE = "With an eGFR between 30 and 45 the label advises against starting metformin. "
+
+
+def segment_latencies_ms(database: Database, sentences: int, offset: int) -> list[float]:
+    """Per-sentence cost of the streaming guarantee: each released sentence committed before it is flushed."""
+    opening = StreamOpening(f"bench-stream-{offset}", "bench", "redacted", {"endpoint": "chat"})
+    open_stream(database, opening, timeout_s=5.0)
+    latencies = []
+    for index in range(1, sentences + 1):
+        start = time.perf_counter()
+        commit_segment(database, opening, index, redact_pii(SENTENCE)[0], timeout_s=5.0)
+        latencies.append((time.perf_counter() - start) * 1000)
+    with database.write_connection() as conn:
+        release_segments(conn, opening.audit_id)
+    return latencies
+
+
 def concurrent_rate(database: Database, requests: int, offset: int) -> float:
     per_client = max(1, requests // CONCURRENCY)
 
@@ -125,6 +146,7 @@ def run(rounds: int, requests: int, postgres_url: str | None) -> dict[str, Any]:
     if postgres_url:
         backends["postgres"] = lambda: postgres_database(postgres_url)
     latencies: dict[str, list[float]] = {name: [] for name in backends}
+    segments: dict[str, list[float]] = {name: [] for name in backends}
     rates: dict[str, list[float]] = {name: [] for name in backends}
     with _opened(backends) as databases:
         for database in databases.values():  # warm-up: connections, statement caches
@@ -133,6 +155,7 @@ def run(rounds: int, requests: int, postgres_url: str | None) -> dict[str, Any]:
             for name, database in databases.items():  # interleaved: each round visits every backend
                 offset = (r + 1) * 10 * requests
                 latencies[name] += sequential_latencies_ms(database, requests, offset)
+                segments[name] += segment_latencies_ms(database, requests, offset)
                 rates[name].append(concurrent_rate(database, requests, offset + requests))
         verified = {name: _verify(db) for name, db in databases.items()}
     result: dict[str, Any] = {"rounds": rounds, "requests_per_round": requests, "concurrency": CONCURRENCY,
@@ -140,6 +163,8 @@ def run(rounds: int, requests: int, postgres_url: str | None) -> dict[str, Any]:
     for name in backends:
         result[f"{name}_audit_ms_p50"] = round(statistics.median(latencies[name]), 3)
         result[f"{name}_audit_ms_p99"] = round(percentile(latencies[name], 0.99), 3)
+        result[f"{name}_segment_ms_p50"] = round(statistics.median(segments[name]), 3)
+        result[f"{name}_segment_ms_p99"] = round(percentile(segments[name], 0.99), 3)
         result[f"{name}_records_per_s"] = round(statistics.median(rates[name]), 1)
         result[f"{name}_chain_verifies"] = verified[name]
     result["target_sqlite_audit_ms_p50"] = 5.0
@@ -158,7 +183,7 @@ def _opened(backends: dict[str, Callable[[], Any]]) -> Iterator[dict[str, Databa
 def _verify(database: Database) -> bool:
     from auditor.trail.ledgers import verify_trail
 
-    with database.engine.connect() as conn:
+    with database.snapshot() as conn:
         return verify_trail(conn, KEY).ok
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import EngineConfig
+from engine.errors import EngineDeadError
 from engine.llm_engine import LLMEngine
 from engine.outputs import RequestOutput
 from engine.processors.logits_process import LogitsProcessor
@@ -24,15 +25,11 @@ from engine.sequence import Sequence
 from engine.tokenizer import Tokenizer
 
 
-class EngineDeadError(RuntimeError):
-    """The background step loop failed; the engine serves no more requests."""
-
-
 class AsyncLLMEngine:
     def __init__(self, engine: LLMEngine) -> None:
         self.engine = engine
         self._queues: dict[str, asyncio.Queue[RequestOutput | BaseException]] = {}
-        self._pending_adds: list[Sequence] = []
+        self._pending_adds: list[tuple[Sequence, str]] = []
         self._pending_aborts: list[str] = []
         self._wake = asyncio.Event()
         self._engine_lock = threading.Lock()   # step (worker thread) vs stats() (event loop)
@@ -96,9 +93,10 @@ class AsyncLLMEngine:
 
     async def generate(
         self, prompt: str | list[int], params: SamplingParams | None = None, *, request_id: str,
-        intent: str | None = None, cache_salt: str | None = None,
+        intent: str | None = None, cache_salt: str | None = None, output_kind: str = "cumulative",
     ) -> AsyncIterator[RequestOutput]:
-        """Incremental outputs of one request; leaving the iterator early aborts the request."""
+        """Incremental outputs of one request ("cumulative" or "delta", see RequestOutput); leaving the
+        iterator early aborts the request."""
         if self._error is not None:
             raise EngineDeadError(f"engine step loop failed: {self._error}")
         if self._loop_task is None:
@@ -112,7 +110,7 @@ class AsyncLLMEngine:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
         self._queues[request_id] = queue
-        self._pending_adds.append(seq)
+        self._pending_adds.append((seq, output_kind))
         self._wake.set()
         finished = False
         try:
@@ -148,8 +146,8 @@ class AsyncLLMEngine:
     def _apply_pending(self) -> None:
         with self._engine_lock:
             adds, self._pending_adds = self._pending_adds, []
-            for seq in adds:
-                self.engine.enqueue(seq)
+            for seq, output_kind in adds:
+                self.engine.enqueue(seq, output_kind=output_kind)
             aborts, self._pending_aborts = self._pending_aborts, []
             for request_id in aborts:
                 self.engine.abort(request_id)

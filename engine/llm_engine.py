@@ -1,4 +1,8 @@
-"""The synchronous engine: add requests, call `step()` until done, read incremental outputs."""
+"""The synchronous engine: add requests, call `step()` until done, read incremental outputs.
+
+`step_core()` is the engine core's step: it returns per-request deltas (`EngineCoreOutput`, token ids
+only) and is what the engine-core process runs (`engine.core_proc`). `step()` adds the output processor
+(text, stop strings, logprob texts) for callers in the same process, such as tests and benchmarks."""
 
 from __future__ import annotations
 
@@ -12,12 +16,12 @@ import torch
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig, ModelConfig, ModelLoadError, parse_dtype
-from engine.detokenizer import init_offsets
 from engine.loader import checkpoint_hash, generation_eos_ids, iter_weights, load_model_config, weight_files
 from engine.metrics import EngineMetrics
 from engine.model_runner import ModelRunner, kv_bytes_per_block
 from engine.models.llama import LlamaForCausalLM
-from engine.outputs import RequestOutput
+from engine.output_processor import OutputProcessor
+from engine.outputs import EngineCoreOutput, RequestOutput
 from engine.postprocess import StepPostprocessor
 from engine.processors.logits_process import LogitsProcessor
 from engine.sampler import Sampler
@@ -50,6 +54,7 @@ class LLMEngine:
         self.sampler = Sampler(torch.Generator(device=device).manual_seed(config.seed))
         self.metrics = EngineMetrics(config.stats_window)
         self.post = StepPostprocessor(tokenizer, self.processors, self.metrics, self.max_model_len)
+        self.output_processor = OutputProcessor(tokenizer)   # used by step(); the core process has none
         self.requests: dict[str, Sequence] = {}
         self._device = device
         self._ids = itertools.count()
@@ -75,8 +80,7 @@ class LLMEngine:
             model = LlamaForCausalLM(model_config, _max_model_len(model_config, config), dtype)
         model.load_weights(iter_weights(files), source=", ".join(f.name for f in files))
         model.eval().requires_grad_(False)
-        eos_ids = list(dict.fromkeys(generation_eos_ids(path) + model_config.eos_token_ids))
-        tokenizer = Tokenizer.from_dir(path, eos_ids)
+        tokenizer = load_tokenizer(path, model_config)
         return cls(
             model, tokenizer, config, model_id=model_id or path.name,
             checkpoint_hash=checkpoint_hash(path, files), logits_processors=logits_processors,
@@ -86,22 +90,24 @@ class LLMEngine:
 
     def add_request(
         self, request_id: str, prompt: str | list[int], params: SamplingParams | None = None, *,
-        intent: str | None = None, cache_salt: str | None = None,
+        intent: str | None = None, cache_salt: str | None = None, output_kind: str = "cumulative",
     ) -> None:
         """Queue a request; raises InvalidRequestError (a ValueError) before any compute if unusable."""
-        self.enqueue(self.prepare_request(request_id, prompt, params, intent=intent, cache_salt=cache_salt))
+        seq = self.prepare_request(request_id, prompt, params, intent=intent, cache_salt=cache_salt)
+        self.enqueue(seq, output_kind=output_kind)
 
     def prepare_request(
         self, request_id: str, prompt: str | list[int], params: SamplingParams | None = None, *,
         intent: str | None = None, cache_salt: str | None = None,
     ) -> Sequence:
-        """Validate and tokenize without touching engine state (safe while a step runs elsewhere)."""
+        """Validate, tokenize and let the processors build what the request needs (a KG constraint's
+        allowed-set view), without touching engine state: safe while a step runs on another thread."""
         params = params or SamplingParams()
         if request_id in self.requests:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         params.validate()
         for processor in self.processors:
-            processor.validate_params(params)
+            processor.prepare(params)
         token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         self._validate_prompt(token_ids, params)
         seq = Sequence(request_id, token_ids, params, self.scheduler.priority_of(intent), time.time(), cache_salt)
@@ -111,13 +117,16 @@ class LLMEngine:
             seq.generator = torch.Generator(device=self._device).manual_seed(params.seed)
         if params.logprobs is not None:
             seq.logprobs = []
-        init_offsets(seq)
         return seq
 
-    def enqueue(self, seq: Sequence) -> None:
-        """Hand a prepared request to the scheduler."""
+    def enqueue(self, seq: Sequence, *, output_kind: str | None = "cumulative") -> None:
+        """Hand a prepared request to the scheduler. output_kind: how `step()` reports it ("cumulative" or
+        "delta"); None when the caller reads `step_core()`'s deltas itself (the engine-core process)."""
         if seq.request_id in self.requests:
             raise InvalidRequestError(f"request id {seq.request_id!r} is already in use")
+        if output_kind is not None:
+            self.output_processor.add_request(seq.request_id, seq.prompt_token_ids, seq.params,
+                                              output_kind=output_kind, arrival_time=seq.arrival_time)
         self.requests[seq.request_id] = seq
         self.scheduler.add(seq)
 
@@ -139,22 +148,32 @@ class LLMEngine:
                 f"({self.block_manager.num_blocks * self.block_manager.block_size} tokens)"
             )
 
-    def abort(self, request_id: str) -> None:
-        """Stop a request and free its KV blocks at once; unknown or finished ids are ignored."""
+    def abort(self, request_id: str, reason: str = "abort") -> None:
+        """Stop a request and free its KV blocks at once; unknown or finished ids are ignored.
+
+        reason "stop": a stop string, found beside the core, ended it (counted as a finish, not an abort)."""
+        self.output_processor.remove(request_id)
         seq = self.requests.pop(request_id, None)
         if seq is None:
             return
         self.scheduler.finish(seq)
-        self.post.release(seq, "abort")
+        self.post.release(seq, reason)
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
     # ---- the step loop -------------------------------------------------------------------------
 
-    @torch.inference_mode()
     def step(self) -> list[RequestOutput]:
-        """Run one scheduled batch; return an output for every request that advanced or finished.
+        """Run one scheduled batch; return an output for every request that advanced or finished."""
+        processed = self.output_processor.process(self.step_core())
+        for request_id in processed.stopped:
+            self.abort(request_id, "stop")
+        return processed.outputs
+
+    @torch.inference_mode()
+    def step_core(self) -> list[EngineCoreOutput]:
+        """Run one scheduled batch; return the delta of every request that advanced or finished.
 
         Runs under inference_mode as a whole, so processors may edit the logits in place."""
         batch = self.scheduler.schedule()
@@ -171,7 +190,7 @@ class LLMEngine:
         sample_seqs = [batch.seqs[row] for row in step_logits.sample_rows]
         dead_rows = self.post.apply_processors(step_logits.logits, sample_seqs)
         sampled = self.sampler(step_logits.logits, sample_seqs)
-        outputs: list[RequestOutput] = []
+        outputs: list[EngineCoreOutput] = []
         now = time.time()
         for row, seq in enumerate(sample_seqs):
             if row in dead_rows:
@@ -196,7 +215,7 @@ class LLMEngine:
         # validate every prompt before queueing any, so a bad one leaves nothing half-submitted
         seqs = [self.prepare_request(i, prompt, p) for i, prompt, p in zip(ids, prompts, params_list, strict=True)]
         for seq in seqs:
-            self.enqueue(seq)
+            self.enqueue(seq)   # cumulative: the final output holds everything
         final: dict[str, RequestOutput] = {}
         while self.has_unfinished():
             for output in self.step():
@@ -215,6 +234,14 @@ class LLMEngine:
             num_requests_waiting=len(self.scheduler.waiting),
         )
         return snapshot
+
+
+def load_tokenizer(path: str | Path, model_config: ModelConfig | None = None) -> Tokenizer:
+    """The checkpoint's tokenizer with every EOS id the checkpoint names (generation_config and config)."""
+    path = Path(path)
+    model_config = model_config or load_model_config(path)
+    eos_ids = list(dict.fromkeys(generation_eos_ids(path) + model_config.eos_token_ids))
+    return Tokenizer.from_dir(path, eos_ids)
 
 
 def _default_num_blocks(model_config: ModelConfig, config: EngineConfig, max_model_len: int, dtype: torch.dtype) -> int:

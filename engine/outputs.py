@@ -50,17 +50,51 @@ class RequestStats:
 FINISH_REASONS = ("stop", "length", "abort", "constraint_dead_end")
 
 
+# (sampled token id, its logprob, [(top token id, logprob), ...] best first): what the core sends; the
+# output processor adds the token texts on the other side of the process boundary.
+RawLogprob = tuple[int, float, list[tuple[int, float]]]
+
+
+@dataclass(slots=True)
+class EngineCoreOutput:
+    """One request's delta from one engine step: only what is new, never a copy of what came before.
+
+    Text is not here: detokenisation and stop strings belong to the output processor
+    (`engine.output_processor`), which runs beside the core (in the API process when the core has its own)."""
+
+    request_id: str
+    new_token_ids: list[int]
+    new_logprobs: list[RawLogprob] | None = None
+    new_events: list[ProcessorEvent] = field(default_factory=list)
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+    stats: RequestStats | None = None        # on the first and the final output only
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
 @dataclass(slots=True)
 class RequestOutput:
+    """A request's progress as its caller sees it.
+
+    output_kind "cumulative" (the default): `token_ids`, `text`, `logprobs` and `events` hold everything so far.
+    output_kind "delta" (streaming consumers, e.g. the service): they hold only what is new since the previous
+    output, like `new_token_ids` and `new_text`, so a long answer costs O(n) in all, not O(n^2)."""
+
     request_id: str
     prompt_token_ids: list[int]
-    token_ids: list[int]          # all generated tokens so far
-    text: str                     # all generated text so far (stop string excluded)
+    token_ids: list[int]          # generated tokens: all so far (cumulative) or the new ones (delta)
+    text: str                     # generated text, stop string excluded: all so far or the new part
     new_token_ids: list[int]      # generated since the previous output of this request
     new_text: str                 # text delta since the previous output (streaming)
     finished: bool
     finish_reason: str | None = None
     stop_reason: str | int | None = None  # the stop string or stop token id that ended it
     logprobs: list[TokenLogprob] | None = None
-    events: list[ProcessorEvent] = field(default_factory=list)  # all processor events so far
+    events: list[ProcessorEvent] = field(default_factory=list)  # processor events: all so far, or the new ones
     stats: RequestStats = field(default_factory=RequestStats)
+
+
+OUTPUT_KINDS = ("cumulative", "delta")

@@ -1,4 +1,7 @@
-"""Per-step bookkeeping around sampling: logits processors, stop checks, stats, RequestOutputs."""
+"""Per-step bookkeeping around sampling: logits processors, stop checks, stats, the core's output deltas.
+
+No text is made here: stop strings, detokenisation and logprob texts belong to the output processor
+(`engine.output_processor`), so the step loop never decodes."""
 
 from __future__ import annotations
 
@@ -7,9 +10,8 @@ from collections.abc import Sequence as Seq
 
 import torch
 
-from engine.detokenizer import append_text, find_stop, streamable_length
 from engine.metrics import EngineMetrics
-from engine.outputs import RequestOutput, TokenLogprob
+from engine.outputs import EngineCoreOutput
 from engine.processors.logits_process import LogitsProcessor
 from engine.sequence import Sequence
 from engine.tokenizer import Tokenizer
@@ -71,10 +73,7 @@ class StepPostprocessor:
         stats.num_generated_tokens = len(seq.output_token_ids)
         if logprob is not None and seq.logprobs is not None:
             token_lp, top = logprob
-            seq.logprobs.append(TokenLogprob(
-                token_id, self.tokenizer.token_text(token_id), token_lp,
-                [(t, self.tokenizer.token_text(t), lp) for t, lp in top],
-            ))
+            seq.logprobs.append((token_id, token_lp, top))
         for index in seq.constrained_by:
             processor = self.processors[index]
             processor.accept_token(seq.request_id, token_id)
@@ -89,12 +88,6 @@ class StepPostprocessor:
         if token_id in self.eos_ids and not params.ignore_eos:
             seq.finish_reason = "stop"
             return
-        delta = append_text(self.tokenizer, seq)
-        if delta and params.stop:
-            stop = find_stop(seq, len(delta))
-            if stop is not None:
-                seq.finish_reason, seq.stop_reason = "stop", stop
-                return
         if any(self.processors[i].is_finished(seq.request_id) for i in seq.constrained_by):
             seq.finish_reason = "stop"
             return
@@ -118,24 +111,18 @@ class StepPostprocessor:
         stats.e2e_request_latency_seconds = stats.finished_time - stats.arrival_time
         self.metrics.record_finished(stats, finish_reason)
 
-    def make_output(self, seq: Sequence) -> RequestOutput:
-        """Everything so far plus the delta since this request's previous output."""
-        text_end = streamable_length(seq)
-        new_text = seq.text[seq.emitted_text_len : text_end]
+    def make_output(self, seq: Sequence) -> EngineCoreOutput:
+        """What is new since this request's previous output; the pending logprobs and events move out."""
+        first = seq.emitted_token_count == 0
         new_tokens = seq.output_token_ids[seq.emitted_token_count :]
-        seq.emitted_text_len = max(seq.emitted_text_len, text_end)
         seq.emitted_token_count = len(seq.output_token_ids)
-        return RequestOutput(
-            request_id=seq.request_id,
-            prompt_token_ids=seq.prompt_token_ids,
-            token_ids=list(seq.output_token_ids),
-            text=seq.text[:text_end],
-            new_token_ids=new_tokens,
-            new_text=new_text,
-            finished=seq.is_finished,
-            finish_reason=seq.finish_reason,
-            stop_reason=seq.stop_reason,
-            logprobs=list(seq.logprobs) if seq.logprobs is not None else None,
-            events=list(seq.events),
-            stats=seq.stats,
+        logprobs = None
+        if seq.logprobs is not None:
+            logprobs, seq.logprobs = seq.logprobs, []
+        events, seq.events = seq.events, []
+        return EngineCoreOutput(
+            request_id=seq.request_id, new_token_ids=new_tokens, new_logprobs=logprobs, new_events=events,
+            finish_reason=seq.finish_reason, stop_reason=seq.stop_reason,
+            # the first output carries the queue time and cached prefix, the final one everything
+            stats=seq.stats if first or seq.finish_reason is not None else None,
         )

@@ -25,7 +25,8 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     logprobs: int | None = None       # top-N logprobs per generated token (0 -> only the sampled token's)
-    # Structured output: {"type": "json_object"} or {"type": "json_schema", "json_schema": {...}}
+    # Structured output: {"type": "json_object"}, {"type": "json_schema", "json_schema": {...}} or
+    # {"type": "structural_tag", "format": {...}} (XGrammar's structural tag, e.g. tool calls)
     response_format: dict[str, Any] | None = None
     # Free-form per-request arguments for logits processors, keyed by processor name,
     # e.g. {"kg_constraint": {...}}. The engine never reads them itself.
@@ -53,8 +54,9 @@ class SamplingParams:
             raise InvalidRequestError(f"logprobs must be in [0, 20], got {self.logprobs}")
         if self.response_format is not None:
             kind = self.response_format.get("type")
-            if kind not in ("text", "json_object", "json_schema"):
-                raise InvalidRequestError(f"response_format.type must be text, json_object or json_schema, got {kind!r}")
+            if kind not in ("text", "json_object", "json_schema", "structural_tag"):
+                raise InvalidRequestError(
+                    f"response_format.type must be text, json_object, json_schema or structural_tag, got {kind!r}")
 
     @property
     def greedy(self) -> bool:

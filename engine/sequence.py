@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.outputs import ProcessorEvent, RequestStats, TokenLogprob
+from engine.outputs import ProcessorEvent, RawLogprob, RequestStats
 from engine.sampling_params import SamplingParams
 
 
@@ -36,14 +36,10 @@ class Sequence:
     # sampling
     generator: torch.Generator | None = None
     constrained_by: list[int] = field(default_factory=list)  # indices of processors constraining it
-    # output
-    text: str = ""
-    emitted_text_len: int = 0           # chars of `text` already handed out in outputs
+    # output: what the next EngineCoreOutput carries (deltas; text is made beside the core, not here)
     emitted_token_count: int = 0
-    prefix_offset: int = 0              # incremental detokenisation window (vLLM's scheme)
-    read_offset: int = 0
-    logprobs: list[TokenLogprob] | None = None
-    events: list[ProcessorEvent] = field(default_factory=list)
+    logprobs: list[RawLogprob] | None = None              # not yet sent (None: not asked for)
+    events: list[ProcessorEvent] = field(default_factory=list)   # not yet sent
     last_token_time: float = 0.0
     finish_reason: str | None = None
     stop_reason: str | int | None = None

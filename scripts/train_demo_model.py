@@ -30,6 +30,8 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from engine.chat_templates import ROLE_MARKER_TOOLS_TEMPLATE
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO_ROOT / "auditor" / "bundled_model"
 
@@ -37,14 +39,8 @@ BOS, EOS, PAD = "<s>", "<|end|>", "<pad>"
 ROLE_TOKENS = {"system": "<|system|>", "user": "<|user|>", "assistant": "<|assistant|>"}
 SPECIAL_TOKENS = [PAD, BOS, EOS, *ROLE_TOKENS.values()]
 # One turn: "<|role|>\ncontent<|end|>\n". The generation prompt ends at "<|assistant|>\n", and the model
-# stops by emitting <|end|> (the eos token).
-CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}"
-    "{% if message['role'] not in ['system', 'user', 'assistant'] %}"
-    "{{ raise_exception('unknown role ' + message['role']) }}{% endif %}"
-    "{{ '<|' + message['role'] + '|>\n' + message['content'] + '<|end|>\n' }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
-)
+# stops by emitting <|end|> (the eos token). With tools, Hermes-style turns (engine.chat_templates).
+CHAT_TEMPLATE = ROLE_MARKER_TOOLS_TEMPLATE
 
 
 class TrainingError(ValueError):

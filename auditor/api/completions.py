@@ -7,7 +7,6 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from auditor.api.deps import ClientDep, ServicesDep
-from auditor.api.errors import ApiError
 from auditor.api.generation import respond
 from auditor.api.openai_format import completion_body, completion_chunk
 from auditor.api.schemas import CompletionRequest
@@ -17,7 +16,5 @@ router = APIRouter(tags=["inference"])
 
 @router.post("/v1/completions")
 async def create_completion(body: CompletionRequest, request: Request, services: ServicesDep, client: ClientDep) -> Any:
-    if body.echo:
-        raise ApiError(400, "echo is not supported", code="unsupported_parameter", param="echo")
     return await respond(services, request, client, endpoint="completions", body=body, inputs={"prompt": body.prompt},
                          make_chunk=completion_chunk, make_body=completion_body)

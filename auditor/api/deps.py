@@ -13,6 +13,7 @@ from fastapi import Depends, Request
 from auditor.api.errors import ApiError
 from auditor.auth.principal import AuthenticationError, AuthGuard, Principal, RoleNotAllowed, require_role
 from auditor.jobs.task_queue import TaskQueue
+from auditor.serving.embeddings import EmbeddingService
 from auditor.serving.inference import InferenceService
 from auditor.serving.metrics import ServiceMetrics
 from auditor.settings import Settings
@@ -30,6 +31,7 @@ class Services:
     task_queue: TaskQueue
     auth: AuthGuard
     ready: bool = False
+    embeddings: EmbeddingService | None = None
 
 
 def get_services(request: Request) -> Services:

@@ -45,6 +45,14 @@ def audit_store_unavailable() -> ApiError:
                     code="audit_store_unavailable")
 
 
+def engine_unavailable(detail: str) -> ApiError:
+    return ApiError(503, f"the inference engine is unavailable ({detail}); the request was recorded as failed, "
+                    "retry shortly", code="engine_unavailable")
+
+
+ENGINE_RETRY_AFTER = {"Retry-After": "2"}
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
@@ -56,6 +64,12 @@ def install_error_handlers(app: FastAPI) -> None:
         errors = exc.errors()
         first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
         param = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query", "header", "path"))
+        if first.get("type") == "extra_forbidden":   # nothing a client sends is silently dropped: name them all
+            names = [".".join(str(p) for p in e.get("loc", ()) if p != "body") for e in errors
+                     if e.get("type") == "extra_forbidden"]
+            return error_response(400, f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} not supported by "
+                                  "this service (docs/openai_compatibility.md lists every field and what happens to "
+                                  "it)", "unsupported_parameter", param)
         message = f"{param or 'request'}: {first.get('msg', 'invalid value')}"
         if len(errors) > 1:
             message += f" (and {len(errors) - 1} more)"

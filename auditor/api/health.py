@@ -29,8 +29,9 @@ def ready(services: ServicesDep) -> JSONResponse:
         store = "ok"
     except SQLAlchemyError as exc:
         store = f"unavailable ({exc.__class__.__name__})"
-    ok = services.ready and store == "ok"
-    return JSONResponse({"ready": ok, "audit_store": store, "model": services.engine.model_id},
+    engine = "ok" if getattr(services.engine, "available", True) else "restarting"
+    ok = services.ready and store == "ok" and engine == "ok"
+    return JSONResponse({"ready": ok, "audit_store": store, "engine": engine, "model": services.engine.model_id},
                         status_code=200 if ok else 503)
 
 

@@ -6,7 +6,11 @@ writes fails the request with 503 before the first byte); each sentence passes t
 committed as a segment before it is sent (`auditor.trail.segments`); the chained record, which takes
 the segments over, is committed before the final chunk and `[DONE]`. If a write fails, the client gets
 an error event and nothing more, and the committed segments are recovered into an "error" record. A
-client that disconnects mid-stream still gets its request recorded, with status "error".
+client that disconnects mid-stream still gets its request recorded, with status "error". So does a request
+whose engine died under it (the engine-core process was killed or crashed): it is recorded as failed and
+the client gets 503 (`EngineUnavailable`), or an error event if its stream had begun.
+
+The engine streams deltas (`output_kind="delta"`): each output holds only the new tokens and text.
 """
 
 from __future__ import annotations
@@ -21,24 +25,36 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import anyio
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from auditor.auth.principal import Principal
 from auditor.gate.gate import GateDecision, InputGateResult, OutputGate, Verifier, check_input, strongest
 from auditor.gate.pii import redact_pii
+from auditor.gate.tool_policy import load_tool_policies
+from auditor.serving.domains import DomainRequired, DomainResolution, resolve_request_domain
 from auditor.serving.knowledge import KgConstraint, Knowledge
 from auditor.serving.metrics import ServiceMetrics
+from auditor.serving.surface import RequestSurface, apply_tool_decisions, parses_as_json, redacted_message
 from auditor.settings import Settings
 from auditor.store.database import Database
+from auditor.tenants.service import detection_mode
 from auditor.trail.chain import sha256_text
+from auditor.trail.group_commit import GroupCommitter
 from auditor.trail.records import NewRecord, append_in_transaction
-from auditor.trail.segments import StreamOpening, commit_segment, open_stream, release_segments
+from auditor.trail.segments import StreamOpening, insert_opening, insert_segment, release_segments
+from engine.errors import EngineDeadError
 from engine.outputs import RequestOutput, TokenLogprob
 from engine.sampling_params import InvalidRequestError, SamplingParams
+from knowledge_graphs.detection import DomainDetector
 
 
 class AuditUnavailable(Exception):
     """The audit record could not be committed: the request fails closed (503, no output)."""
+
+
+class EngineUnavailable(Exception):
+    """The engine failed under the request or is restarting: 503, and the request is recorded as failed."""
 
 
 class BadRequest(ValueError):
@@ -69,7 +85,10 @@ class Prepared:
     input_gate: InputGateResult
     kg: KgConstraint | None
     content_mode: str
+    resolution: DomainResolution
     started: float = field(default_factory=time.perf_counter)
+    surface: RequestSurface = field(default_factory=RequestSurface)
+    prefilled: anyio.Event | None = None   # set when the engine's first output arrives (n > 1 waits on it)
 
 
 @dataclass(slots=True)
@@ -85,10 +104,13 @@ class Outcome:
     fer: float | None
     annotations: list[str]
     logprobs: list[TokenLogprob] | None = None
+    tool_calls: list[dict[str, Any]] | None = None   # OpenAI shape; `text` is then the content beside them
+    audit_extras: dict[str, Any] = field(default_factory=dict)
+    domain: dict[str, Any] | None = None     # {"name", "source", "verified_under", "scores"}
 
     def audit_summary(self) -> dict[str, Any]:
         return {"gate_action": self.gate_action, "claims": self.claim_counts, "fer": self.fer,
-                "annotations": self.annotations}
+                "annotations": self.annotations, "domain": self.domain, **self.audit_extras}
 
 
 @dataclass(slots=True)
@@ -105,13 +127,14 @@ class _Generation:
     first_release: float | None = None
 
     def absorb(self, out: RequestOutput) -> None:
-        self.text = out.text
+        """Add one delta output (`output_kind="delta"`)."""
+        self.text += out.new_text
         self.finish_reason = out.finish_reason or self.finish_reason
         self.prompt_tokens = out.stats.num_prompt_tokens or len(out.prompt_token_ids)
-        self.completion_tokens = out.stats.num_generated_tokens or len(out.token_ids)
-        if out.logprobs:  # cumulative when aligned with token_ids, else a delta
-            self.logprobs = list(out.logprobs) if len(out.logprobs) == len(out.token_ids) else self.logprobs + list(out.logprobs)
-        self.events = [asdict(event) for event in out.events]
+        self.completion_tokens = out.stats.num_generated_tokens or self.completion_tokens + len(out.new_token_ids)
+        if out.logprobs:
+            self.logprobs.extend(out.logprobs)
+        self.events.extend(asdict(event) for event in out.events)
         stats = out.stats
         self.timings = {"queue_s": stats.request_queue_time_seconds, "ttft_s": stats.time_to_first_token_seconds,
                         "engine_e2e_s": stats.e2e_request_latency_seconds, "cached_tokens": stats.num_cached_tokens,
@@ -120,45 +143,72 @@ class _Generation:
 
 class InferenceService:
     def __init__(self, *, engine: Any, database: Database, settings: Settings, metrics: ServiceMetrics,
-                 verifier: Verifier, knowledge: Knowledge) -> None:
+                 verifier: Verifier, knowledge: Knowledge, committer: GroupCommitter | None = None,
+                 detector: DomainDetector | None = None) -> None:
+        """`detector`: detects the domain of requests that name none (None: such requests go unverified)."""
         self.engine = engine
+        self.detector = detector
         self.database = database
+        # every request-path write (stream openings, segments, records) goes through one group committer
+        self.committer = committer or GroupCommitter(database, timeout_s=settings.store_timeout_s)
         self.settings = settings
         self.metrics = metrics
         self.verifier = verifier
         self.knowledge = knowledge
+        self.tool_policies = load_tool_policies(settings.tool_policy_file)
 
     # -- preparation -----------------------------------------------------------------------------
-    def prepare(self, context: RequestContext, *, messages: list[dict[str, str]] | None = None,
-                prompt: str | None = None, params: SamplingParams) -> Prepared:
+    def prepare(self, context: RequestContext, *, messages: list[dict[str, Any]] | None = None,
+                prompt: str | None = None, params: SamplingParams, surface: RequestSurface | None = None) -> Prepared:
         """Render the prompt, run the input gate, link KG entities; raise BadRequest for unusable input."""
+        surface = surface or RequestSurface()
         try:
             params.validate()
         except InvalidRequestError as exc:
             raise BadRequest(str(exc)) from exc
         if messages is not None:
             try:
-                rendered = self.engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+                rendered = self.engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                                     **surface.template_kwargs())
             except InvalidRequestError as exc:
                 raise BadRequest(str(exc), param="messages") from exc
             user_text = "\n".join(m["content"] for m in messages if m["role"] in ("user", "tool"))
             raw_stored = json.dumps(messages, ensure_ascii=False)
-            redacted_stored = json.dumps([{**m, "content": redact_pii(m["content"])[0]} for m in messages],
-                                         ensure_ascii=False)
+            redacted_stored = json.dumps([redacted_message(m) for m in messages], ensure_ascii=False)
         else:
             rendered = user_text = raw_stored = prompt or ""
             redacted_stored = redact_pii(rendered)[0]
+        resolution = self._resolve_domain(context, user_text)
+        domain = resolution.domain
         gate = check_input(user_text, intent=context.intent, annotate_score=self.settings.injection_annotate_score,
-                           refuse_score=self.settings.injection_refuse_score)
-        kg = self.knowledge.constraint_for(context.domain, user_text) if context.domain else None
+                           refuse_score=self.settings.injection_refuse_score,
+                           detected_domains=resolution.verified_under if resolution.detecting else ())
+        gate.decisions.extend(surface.check_tool_results(self.verifier, domain=domain))
+        kg = self.knowledge.constraint_for(domain, user_text) if domain else None
         if kg is not None and kg.applied:
             params.extra_args.update(kg.extra_args())
-        mode = self.settings.content_mode_for(context.domain)
+        mode = self.settings.content_mode_for(domain)
         return Prepared(
             audit_id=str(uuid.uuid4()), context=context, prompt=rendered,
             stored_prompt=redacted_stored if mode == "redacted" else raw_stored, gate_text=user_text,
-            params=params, input_gate=gate, kg=kg, content_mode=mode,
+            params=params, input_gate=gate, kg=kg, content_mode=mode, resolution=resolution, surface=surface,
         )
+
+    def _resolve_domain(self, context: RequestContext, user_text: str) -> DomainResolution:
+        """The given domain, or (per the tenant's mode) detection from the prompt; 400 in `require` mode."""
+        mode = None
+        if context.domain is None:
+            try:
+                with self.database.session() as session:
+                    mode = detection_mode(session, context.principal.tenant, default=self.settings.domain_detection)
+            except (SQLAlchemyError, OSError) as exc:   # fail closed, like a record that cannot be written
+                self.metrics.audit_failures.inc()
+                raise AuditUnavailable(exc.__class__.__name__) from exc
+        try:
+            return resolve_request_domain(given=context.domain, mode=mode or "detect", detector=self.detector,
+                                          prompt=user_text)
+        except DomainRequired as exc:
+            raise BadRequest(str(exc), code="domain_required") from exc
 
     # -- running ---------------------------------------------------------------------------------
     async def complete(self, prepared: Prepared) -> Outcome:
@@ -173,25 +223,29 @@ class InferenceService:
 
         `durable` (streaming clients): the stream's opening row is committed before anything runs, and each
         piece is committed as a segment before it is yielded, so no byte leaves without a committed row."""
-        hold_all = (prepared.params.response_format or {}).get("type") in ("json_object", "json_schema")
-        gate = OutputGate(self.verifier, domain=prepared.context.domain, prompt=prepared.gate_text,
+        hold_all = (prepared.params.response_format or {}).get("type") in ("json_object", "json_schema",
+                                                                         "structural_tag")
+        resolution = prepared.resolution
+        gate = OutputGate(self.verifier, domain=resolution.domain, prompt=prepared.gate_text,
                           intent=prepared.context.intent, hold_all=hold_all,
-                          pii_action=self.settings.output_pii_action_for(prepared.context.domain))
+                          release_at_end=not (prepared.surface.tools and prepared.surface.tools.active),  # calls: in the Outcome
+                          pii_action=self.settings.output_pii_action_for(resolution.domain),
+                          domains_for=resolution.observe if resolution.detecting else None)
         generation = _Generation()
         opening = self._opening(prepared) if durable else None
         record_attempted = False
         try:
             if opening is not None:
-                await self._store(open_stream, self.database, opening, timeout_s=self.settings.store_timeout_s)
+                await self._store(functools.partial(insert_opening, opening=opening))
             if prepared.input_gate.refusal is None:
                 index = 0
                 async for piece in self._generate(prepared, gate, generation):
                     if opening is not None:
                         index += 1
-                        await self._store(commit_segment, self.database, opening, index,
-                                          self._stored_text(prepared, piece), timeout_s=self.settings.store_timeout_s)
+                        await self._store(functools.partial(insert_segment, opening=opening, index=index,
+                                                            text=self._stored_text(prepared, piece)))
                     yield piece
-            outcome = self._outcome(prepared, gate, generation)
+            outcome = self._finish_surface(prepared, gate, generation, self._outcome(prepared, gate, generation))
             record_attempted = True
             await self._record(prepared, gate, generation, outcome)
             yield outcome
@@ -199,6 +253,10 @@ class InferenceService:
             record_attempted = True
             await self._record_failure(prepared, gate, generation, str(exc))
             raise BadRequest(str(exc)) from exc
+        except EngineDeadError as exc:   # the engine process died under it, or is restarting
+            record_attempted = True
+            await self._record_failure(prepared, gate, generation, f"engine unavailable: {exc}")
+            raise EngineUnavailable(str(exc)) from exc
         finally:
             if not record_attempted:  # client went away, or the engine failed: the trail still gets the request
                 with anyio.CancelScope(shield=True):
@@ -209,27 +267,31 @@ class InferenceService:
         context = prepared.context
         return StreamOpening(prepared.audit_id, context.principal.tenant, prepared.content_mode, {
             "key_id": context.principal.key_id, "request_id": context.request_id, "endpoint": context.endpoint,
-            "intent": context.intent, "domain": context.domain, "model_id": getattr(self.engine, "model_id", None),
+            "intent": context.intent, "domain": prepared.resolution.domain,
+            "model_id": getattr(self.engine, "model_id", None),
         })
 
     @staticmethod
     def _stored_text(prepared: Prepared, text: str) -> str:
         return redact_pii(text)[0] if prepared.content_mode == "redacted" else text
 
-    async def _store(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
-        """A store write on the request path, off the event loop; any failure is AuditUnavailable (503)."""
+    async def _store(self, write: Callable[[Connection], None]) -> None:
+        """A store write on the request path, committed with the others ready at the same time (group commit)
+        and off the event loop; returns once committed. Any failure is AuditUnavailable (503)."""
         try:
-            await anyio.to_thread.run_sync(functools.partial(write, *args, **kwargs))
+            await self.committer.write(write)
         except (SQLAlchemyError, OSError) as exc:
             self.metrics.audit_failures.inc()
             raise AuditUnavailable(exc.__class__.__name__) from exc
 
     async def _generate(self, prepared: Prepared, gate: OutputGate, generation: _Generation) -> AsyncIterator[str]:
-        kwargs = {"request_id": prepared.audit_id, "intent": prepared.context.intent,
+        kwargs = {"request_id": prepared.audit_id, "intent": prepared.context.intent, "output_kind": "delta",
                   "cache_salt": prepared.context.principal.tenant}  # tenants never share KV blocks
         async with aclosing(self.engine.generate(prepared.prompt, prepared.params, **kwargs)) as outputs:
             async for out in outputs:
                 generation.absorb(out)
+                if prepared.prefilled is not None:
+                    prepared.prefilled.set()
                 # The validators are CPU work: keep them off the event loop that serves other requests.
                 released = await anyio.to_thread.run_sync(gate.feed, out.new_text)
                 if out.finished:
@@ -259,14 +321,48 @@ class InferenceService:
             prompt_tokens=generation.prompt_tokens, completion_tokens=generation.completion_tokens,
             gate_action=action, claim_counts=gate.claim_counts(), fer=gate.fer(),
             annotations=prepared.input_gate.annotations + gate.annotations, logprobs=logprobs,
+            domain=_domain_summary(prepared.resolution),
         )
+
+    def _finish_surface(self, prepared: Prepared, gate: OutputGate, generation: _Generation,
+                        outcome: Outcome) -> Outcome:
+        """Tool calls out of the gated text (the policies decide on each), and the flag for a constrained
+        output that max_tokens ended; both reach the response's `audit` and the record's `details`."""
+        surface = prepared.surface
+        kind = (prepared.params.response_format or {}).get("type")
+        if outcome.status in ("completed", "blocked") and surface.tools is not None and surface.tools.active:
+            content, calls, decisions = surface.finish_tools(
+                outcome.text, audit_id=prepared.audit_id, intent=prepared.context.intent,
+                tenant=prepared.context.principal.tenant, policies=self.tool_policies)
+            outcome.gate_action = apply_tool_decisions(gate, decisions)
+            outcome.annotations += [d.reason for d in decisions if d.action == "annotate"]
+            outcome.text, outcome.tool_calls = content or "", calls or None
+            if any(d.action == "block" for d in decisions):
+                outcome.status = "blocked"   # like a blocked sentence: something the model wrote was withheld
+            if calls:
+                outcome.finish_reason = "tool_calls"
+            elif surface.tool_calls:   # every call was blocked
+                outcome.finish_reason = "content_filter"
+                outcome.text = "I can't make this tool call: " + "; ".join(
+                    f"{d.reason} [{d.rule_id}]" for d in decisions if d.action == "block") + "."
+            outcome.logprobs = None     # they would spell out withheld calls
+        if kind in ("json_object", "json_schema", "structural_tag") and outcome.status in ("completed", "blocked"):
+            if kind == "structural_tag":  # a call cut before its end stays in the content, unparsed
+                parses = surface.tools is None or surface.tools.dialect.call_opening not in outcome.text
+            else:
+                parses = parses_as_json(outcome.text)
+            cut = surface.note_structured(generation.events, generation.finish_reason or "stop", parses=parses)
+            if cut == "length" and outcome.finish_reason != "content_filter":
+                outcome.finish_reason = "length"
+        outcome.audit_extras = surface.audit_extras()
+        return outcome
 
     # -- recording -------------------------------------------------------------------------------
     async def _record(self, prepared: Prepared, gate: OutputGate, generation: _Generation, outcome: Outcome) -> None:
         record = self._build_record(prepared, gate, generation, outcome.status, outcome.gate_action, outcome.text,
                                     outcome.finish_reason, None)
         started = time.perf_counter()
-        await self._store(self._append, record)
+        await self._store(self._append(record))
         self.metrics.audit_write.observe(time.perf_counter() - started)
         self._count(prepared, gate, outcome, generation)
 
@@ -276,17 +372,18 @@ class InferenceService:
         record = self._build_record(prepared, gate, generation, "error", action, gate.delivered,
                                     generation.finish_reason or "abort", error)
         try:
-            await self._store(self._append, record)
+            await self._store(self._append(record))
         except AuditUnavailable:
             if not swallow:
                 raise
         self.metrics.requests.labels(prepared.context.endpoint, "error").inc()
 
-    def _append(self, record: NewRecord) -> None:
-        """Chain the record; the segments it now covers go in the same commit."""
-        with self.database.write_connection(timeout_s=self.settings.store_timeout_s) as conn:
+    def _append(self, record: NewRecord) -> Callable[[Connection], None]:
+        """The write that chains the record; the segments it now covers go in the same commit."""
+        def write(conn: Connection) -> None:
             append_in_transaction(conn, record, key=self.database.chain_key)
             release_segments(conn, record.id)
+        return write
 
     def _build_record(self, prepared: Prepared, gate: OutputGate, generation: _Generation, status: str,
                       action: str, delivered: str, finish_reason: str, error: str | None) -> NewRecord:
@@ -297,16 +394,17 @@ class InferenceService:
         else:
             delivered = output  # the usual case: one redaction pass serves both copies
         counts = gate.claim_counts()
+        domain = prepared.resolution.domain
         timings = {**generation.timings, "service_e2e_s": round(time.perf_counter() - prepared.started, 6)}
         if generation.first_release is not None:
             timings["service_ttft_s"] = round(generation.first_release - prepared.started, 6)
         return NewRecord(
             id=prepared.audit_id, tenant=prepared.context.principal.tenant, status=status,
             key_id=prepared.context.principal.key_id, request_id=_stored_free_text(prepared, prepared.context.request_id),
-            endpoint=prepared.context.endpoint, intent=prepared.context.intent, domain=prepared.context.domain,
+            endpoint=prepared.context.endpoint, intent=prepared.context.intent, domain=domain,
             model_id=getattr(self.engine, "model_id", None), checkpoint_hash=getattr(self.engine, "checkpoint_hash", None),
-            sampling_params=_params_for_record(prepared), kg_version=self.knowledge.kg_version(prepared.context.domain) if prepared.context.domain else None,
-            rule_pack_hash=self.verifier.rule_pack_hash(prepared.context.domain), content_mode=prepared.content_mode,
+            sampling_params=_params_for_record(prepared), kg_version=self.knowledge.kg_version(domain) if domain else None,
+            rule_pack_hash=self.verifier.rule_pack_hash(domain), content_mode=prepared.content_mode,
             prompt=prepared.stored_prompt,
             output=output, delivered_output=delivered,
             claims=gate.claims or None, prompt_tokens=generation.prompt_tokens,
@@ -315,6 +413,8 @@ class InferenceService:
             gate_decisions=[d.to_dict() for d in prepared.input_gate.decisions + gate.decisions],
             gate_action=action, n_supported=counts["supported"], n_contradicted=counts["contradicted"],
             n_unverifiable=counts["unverifiable"], fer=gate.fer(), finish_reason=finish_reason, error=error,
+            details={**prepared.surface.record_details(prepared.content_mode, gate.decisions),
+                     **prepared.resolution.details()},
         )
 
     def _count(self, prepared: Prepared, gate: OutputGate, outcome: Outcome, generation: _Generation) -> None:
@@ -328,6 +428,14 @@ class InferenceService:
         self.metrics.e2e.observe(time.perf_counter() - prepared.started)
         if generation.first_release is not None:
             self.metrics.ttft.observe(generation.first_release - prepared.started)
+
+
+def _domain_summary(resolution: DomainResolution) -> dict[str, Any]:
+    """What the response tells the client about the domain its output was verified under."""
+    entry = resolution.details()["domain_resolution"]
+    detection = entry["detection"]
+    return {"name": resolution.domain, "source": entry["source"], "verified_under": entry["verified_under"],
+            "scores": detection["scores"] if detection else None}
 
 
 def _stored_free_text(prepared: Prepared, text: str) -> str:

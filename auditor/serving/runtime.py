@@ -3,27 +3,37 @@ the domain KGs (for entity linking) and the rule-pack validators (the output gat
 
 from __future__ import annotations
 
+import functools
+import gc
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from auditor.gate.gate import GateDecision, Verification
 from auditor.serving.knowledge import KgConstraint
+from auditor.settings import Settings
 from engine.async_engine import AsyncLLMEngine
-from engine.loader import generation_eos_ids, load_model_config
+from engine.config import EngineConfig
+from engine.core_client import EngineCoreClient
+from engine.llm_engine import LLMEngine, load_tokenizer
+from engine.loader import load_model_config
+from engine.memory import malloc_trim
 from engine.processors.json_mode import JsonModeProcessor
-from engine.tokenizer import Tokenizer
+from engine.processors.logit_bias import LogitBiasProcessor
 from knowledge_graphs import KnowledgeGraph, load_kg
 from knowledge_graphs.decoding.constraint import DOMAIN_DEFAULTS, KGConstraintProcessor, allowed_entities
+from knowledge_graphs.decoding.constraint_masks import CacheLimits
+from knowledge_graphs.detection import DomainDetector
 from knowledge_graphs.linking import get_linker
+from knowledge_graphs.registry import build_kg
 from rules import EmptyTextError, Report, load_pack
 from rules import verify as rules_verify
 
 logger = logging.getLogger("auditor")
 
 
-class EngineUnavailable(RuntimeError):
+class EngineLoadError(RuntimeError):
     """The inference engine could not be loaded (no model at the configured path, unreadable checkpoint)."""
 
 
@@ -31,19 +41,63 @@ def load_kgs(domains: Iterable[str]) -> dict[str, KnowledgeGraph]:
     return {domain: load_kg(domain) for domain in domains}
 
 
-def load_engine(path: Path, kgs: Mapping[str, KnowledgeGraph]) -> AsyncLLMEngine:
-    """The async engine for a checkpoint folder, with JSON mode and one KG-constraint processor for all domains."""
+def engine_options(settings: Settings) -> dict[str, Any]:
+    """build_engine's keyword arguments from the settings: cache limits, the index cache, threads."""
+    return {"limits": CacheLimits(views=settings.kg_constraint_views,
+                                  masks_per_view=settings.kg_constraint_masks_per_view,
+                                  shared_per_domain=settings.kg_constraint_shared_per_domain),
+            "index_cache_dir": settings.index_cache_dir, "config": EngineConfig(num_threads=settings.engine_threads)}
+
+
+def build_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], *,
+                 limits: CacheLimits | None = None, index_cache_dir: Path | None = None,
+                 config: EngineConfig | None = None) -> LLMEngine:
+    """The engine for a checkpoint folder, with JSON mode and one KG-constraint processor for all domains.
+
+    Module-level and picklable with its arguments: it is what the engine-core process runs to build its
+    engine. `kgs` may be domain names, loaded here (in that process) rather than sent across."""
     if not path.is_dir():
-        raise EngineUnavailable(f"no model at {path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
+        raise EngineLoadError(f"no model at {path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
+    if not isinstance(kgs, Mapping):   # built, not taken from load_kg's cache: freed once compiled
+        kgs = {domain: build_kg(domain) for domain in kgs}
     model_config = load_model_config(path)
-    eos_ids = list(dict.fromkeys(generation_eos_ids(path) + model_config.eos_token_ids))
-    tokenizer = Tokenizer.from_dir(path, eos_ids)
+    tokenizer = load_tokenizer(path, model_config)
     processors = [
         JsonModeProcessor(tokenizer.backend, vocab_size=model_config.vocab_size, eos_token_ids=tokenizer.eos_token_ids),
         KGConstraintProcessor(tokenizer, vocab_size=model_config.vocab_size, eos_token_ids=tokenizer.eos_token_ids,
-                              kgs=dict(kgs)),
+                              kgs=dict(kgs), limits=limits, index_cache_dir=index_cache_dir),
+        LogitBiasProcessor(model_config.vocab_size),
     ]
-    return AsyncLLMEngine.from_pretrained(path, logits_processors=processors)
+    del kgs
+    engine = LLMEngine.from_pretrained(path, config, logits_processors=processors)
+    gc.collect()
+    malloc_trim()   # what building the KGs and compiling left behind
+    return engine
+
+
+def load_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], *, process: bool = False,
+                address: str | None = None, limits: CacheLimits | None = None, index_cache_dir: Path | None = None,
+                config: EngineConfig | None = None) -> AsyncLLMEngine | EngineCoreClient:
+    """The async engine: in this process (`process=False`); an engine core in its own process, launched now
+    and ready once `await engine.start()` returns (meanwhile the caller may load other things); or, with
+    `address`, a client of a core that runs on its own there (`auditor engine-core`)."""
+    if not path.is_dir():
+        raise EngineLoadError(f"no model at {path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
+    if address is not None:
+        return EngineCoreClient.connect(address, load_tokenizer(path))
+    build = functools.partial(build_engine, path, kgs, limits=limits, index_cache_dir=index_cache_dir, config=config)
+    if not process:
+        return AsyncLLMEngine(build())
+    client = EngineCoreClient(build, load_tokenizer(path))
+    client.launch()
+    return client
+
+
+def load_detector(kgs: Mapping[str, KnowledgeGraph], *, threshold: float) -> DomainDetector:
+    """The domain detector over these KGs, warmed once (MiniLM load, linkers) so no request pays for it."""
+    detector = DomainDetector(kgs, threshold=threshold)
+    detector.detect("Warm-up question?", "Warm-up answer.")
+    return detector
 
 
 class KgKnowledge:

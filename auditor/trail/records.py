@@ -83,7 +83,7 @@ def append_in_transaction(conn: Connection, record: NewRecord, *, key: ChainKey)
     values["created_at"] = utcnow()
     (link,) = chain_entries(conn, RECORDS, [values], hmac_key=key.hmac_key, checkpoint_interval=key.checkpoint_interval)
     conn.execute(insert(AuditRecord), values)
-    if record.kind == "record" and record.status == "completed":
+    if record.kind == "record" and record.status == "completed" and record.output is not None:  # embeddings: no text
         conn.execute(insert(OutboxMessage), {
             "record_id": record.id, "topic": SCORING_TOPIC, "payload": {"record_id": record.id},
             "created_at": values["created_at"], "attempts": 0,
@@ -116,7 +116,7 @@ def seal_evaluations(conn: Connection, evaluations: list[Evaluation], key: Chain
     its seq and hashes in the evaluations ledger, whose head and checkpoints move with them."""
     for evaluation in evaluations:
         evaluation.id = evaluation.id or new_id()
-    values = [{column: getattr(evaluation, column) for column in (*EVALUATIONS.hashed_fields, "claims")}
+    values = [{column: getattr(evaluation, column) for column in (*EVALUATIONS.hashed_fields, *EVALUATIONS.optional_fields, "claims")}
               for evaluation in evaluations]
     chain_entries(conn, EVALUATIONS, values, hmac_key=key.hmac_key, checkpoint_interval=key.checkpoint_interval)
     for evaluation, chained in zip(evaluations, values, strict=True):

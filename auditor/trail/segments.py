@@ -33,24 +33,34 @@ class StreamOpening:
 
 def open_stream(database: Database, opening: StreamOpening, *, timeout_s: float) -> None:
     """Commit the stream's opening row (raises on a store that takes no writes)."""
-    _write(database, opening.audit_id, 0, opening.tenant, opening.content_mode, None, opening.details,
-           timeout_s=timeout_s)
+    with database.write_connection(timeout_s=timeout_s) as conn:
+        insert_opening(conn, opening)
 
 
 def commit_segment(database: Database, opening: StreamOpening, index: int, text: str, *, timeout_s: float) -> None:
     """Commit one released piece (text in the form the content mode stores) before it is flushed."""
-    _write(database, opening.audit_id, index, opening.tenant, opening.content_mode, text, None, timeout_s=timeout_s)
-
-
-def _write(database: Database, audit_id: str, index: int, tenant: str, mode: str, text: str | None,
-           details: dict[str, Any] | None, *, timeout_s: float) -> None:
-    stored = None if mode == "hash" else text
     with database.write_connection(timeout_s=timeout_s) as conn:
-        conn.execute(insert(StreamSegment), {
-            "audit_id": audit_id, "idx": index, "tenant": tenant, "content_mode": mode, "text": stored,
-            "text_sha256": sha256_text(text) if text is not None else None, "details": details,
-            "created_at": utcnow(),
-        })
+        insert_segment(conn, opening, index, text)
+
+
+def insert_opening(conn: Connection, opening: StreamOpening) -> None:
+    """The opening row, inside the caller's write transaction."""
+    _insert(conn, opening.audit_id, 0, opening.tenant, opening.content_mode, None, opening.details)
+
+
+def insert_segment(conn: Connection, opening: StreamOpening, index: int, text: str) -> None:
+    """One released piece, inside the caller's write transaction."""
+    _insert(conn, opening.audit_id, index, opening.tenant, opening.content_mode, text, None)
+
+
+def _insert(conn: Connection, audit_id: str, index: int, tenant: str, mode: str, text: str | None,
+            details: dict[str, Any] | None) -> None:
+    stored = None if mode == "hash" else text
+    conn.execute(insert(StreamSegment), {
+        "audit_id": audit_id, "idx": index, "tenant": tenant, "content_mode": mode, "text": stored,
+        "text_sha256": sha256_text(text) if text is not None else None, "details": details,
+        "created_at": utcnow(),
+    })
 
 
 def release_segments(conn: Connection, audit_id: str) -> None:

@@ -1,16 +1,24 @@
-"""JSON mode: constrain decoding to a JSON object or a JSON schema with XGrammar.
+"""JSON mode: constrain decoding to a JSON object, a JSON schema or a structural tag with XGrammar.
 
 `response_format` (OpenAI's shape) selects the constraint: {"type": "json_object"} -> any JSON
-object; {"type": "json_schema", "json_schema": {"schema": {...}}} -> that schema; "text" or None ->
-unconstrained. One `GrammarCompiler` per engine compiles each distinct schema once (an LRU keyed by
-its canonical JSON); each constrained request gets its own `GrammarMatcher`, which fills one row of
-a preallocated packed bitmask per step (XGrammar's layout, the same as `engine.kernels.bitmask`).
+object; {"type": "json_schema", "json_schema": {"schema": {...}}} -> that schema; {"type":
+"structural_tag", "format": {...}} -> XGrammar's structural tag (tool calls: free text, then calls whose
+arguments follow each function's schema); "text" or None -> unconstrained. One `GrammarCompiler` per
+engine compiles each distinct grammar once (an LRU keyed by its canonical JSON); each constrained
+request gets its own `GrammarMatcher`, which fills one row of a preallocated packed bitmask per step
+(XGrammar's layout, the same as `engine.kernels.bitmask`).
+
+Compact by default: at most one whitespace character between two JSON tokens (in JSON mode and in
+structural-tag arguments), so a model cannot spend its budget on runs of blanks. Within budget: when the tokens left to a request
+(`max_tokens`) are barely enough to close the value, the processor forces the shortest closing
+(`json_closing`) and records a "closed_for_budget" event, so a cut object still parses.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +31,7 @@ from tokenizers import Tokenizer
 
 from engine.kernels.bitmask import apply_token_bitmask_additive, bitmask_from_token_ids, bitmask_words
 from engine.outputs import ProcessorEvent
+from engine.processors.json_closing import shortest_closing
 from engine.processors.logits_process import LogitsProcessor
 from engine.sampling_params import InvalidRequestError, SamplingParams
 
@@ -30,7 +39,15 @@ JSON_OBJECT_SCHEMA = '{"type":"object"}'
 # Whitespace characters allowed between two JSON tokens: enough for pretty-printed nesting, but a
 # model cannot loop on whitespace forever (a known failure of unbounded any-whitespace grammars).
 DEFAULT_MAX_WHITESPACE = 32
+# Compact (the default): at most one whitespace character between two JSON tokens, in JSON mode and in tool
+# arguments alike. `{"a":1}` and `{"a": 1}` both pass, a run of blanks does not.
+COMPACT_MAX_WHITESPACE = 1
 DEFAULT_GRAMMAR_CACHE_SIZE = 256
+# Closing is checked once this few tokens are left; it is forced once it needs all but CLOSE_MARGIN of them
+# (one free token can open a string or an object and lengthen the closing by a few tokens).
+CLOSE_WINDOW = 48
+CLOSE_MARGIN = 6
+_STRUCTURAL_TAG_KEY = "structural_tag:"
 # XGrammar prefixes C++ errors with "[hh:mm:ss] /path/file.cc:line: "; users need only the message.
 _XGRAMMAR_ERROR_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")
 
@@ -49,8 +66,11 @@ def schema_for_response_format(response_format: Mapping[str, Any] | None) -> str
         return None
     if kind == "json_object":
         return JSON_OBJECT_SCHEMA
+    if kind == "structural_tag":
+        return _STRUCTURAL_TAG_KEY + _canonical(response_format.get("format"), "response_format.format")
     if kind != "json_schema":
-        raise InvalidRequestError(f"response_format.type must be text, json_object or json_schema, got {kind!r}")
+        raise InvalidRequestError(
+            f"response_format.type must be text, json_object, json_schema or structural_tag, got {kind!r}")
     # OpenAI: {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}; also a bare "schema".
     spec = response_format.get("json_schema", response_format)
     if not isinstance(spec, Mapping):
@@ -63,10 +83,16 @@ def schema_for_response_format(response_format: Mapping[str, Any] | None) -> str
     schema = spec["schema"]
     if not isinstance(schema, Mapping):
         raise InvalidRequestError(f"response_format JSON schema must be an object, got {type(schema).__name__}")
+    return _canonical(schema, "response_format JSON schema")
+
+
+def _canonical(value: Any, what: str) -> str:
+    if not isinstance(value, Mapping):
+        raise InvalidRequestError(f"{what} must be an object, got {type(value).__name__}")
     try:
-        return json.dumps(schema, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise InvalidRequestError(f"response_format JSON schema is not valid JSON: {exc}") from exc
+        raise InvalidRequestError(f"{what} is not valid JSON: {exc}") from exc
 
 
 # Keywords whose value is one subschema / a list of subschemas / a name -> subschema mapping.
@@ -166,11 +192,18 @@ def build_tokenizer_info(tokenizer: Tokenizer, *, vocab_size: int, eos_token_ids
 @dataclass(slots=True)
 class _RequestState:
     matcher: xgr.GrammarMatcher
+    budget: int                  # max_tokens: output tokens this request may write in all
     num_tokens: int = 0          # output tokens seen = position of the next token
     rejected: bool = False       # a sampled token broke the grammar: the row stays dead
     complete: bool = False       # the JSON value is closed; only a stop token may follow
     dead_end_recorded: bool = False
+    forced: list[int] = field(default_factory=list)   # closing tokens still to write (budget running out)
+    closing_failed: bool = False  # a closing was not found once (recorded once; tried again each step)
     events: list[ProcessorEvent] = field(default_factory=list)
+
+    @property
+    def tokens_left(self) -> int:
+        return self.budget - self.num_tokens
 
 
 class JsonModeProcessor(LogitsProcessor):
@@ -180,20 +213,26 @@ class JsonModeProcessor(LogitsProcessor):
 
     def __init__(
         self, tokenizer: Tokenizer, *, vocab_size: int, eos_token_ids: Sequence[int],
-        max_whitespace: int | None = DEFAULT_MAX_WHITESPACE, cache_size: int = DEFAULT_GRAMMAR_CACHE_SIZE,
+        compact: bool = True, max_whitespace: int | None = DEFAULT_MAX_WHITESPACE,
+        close_within_budget: bool = True, cache_size: int = DEFAULT_GRAMMAR_CACHE_SIZE,
     ) -> None:
+        """`compact`: at most one whitespace character between JSON tokens (else up to `max_whitespace`); `close_within_budget`: force the shortest closing when max_tokens runs out."""
         if vocab_size < tokenizer.get_vocab_size(with_added_tokens=False):
             raise ValueError(f"vocab_size {vocab_size} is smaller than the tokenizer's base vocabulary")
         self.vocab_size = vocab_size
         self.eos_token_ids = list(eos_token_ids)
+        self.compact = compact
         self.max_whitespace = max_whitespace
+        self.close_within_budget = close_within_budget
         self.cache_size = cache_size
+        self._tokenizer = tokenizer
         self._compiler = xgr.GrammarCompiler(
             build_tokenizer_info(tokenizer, vocab_size=vocab_size, eos_token_ids=self.eos_token_ids),
             cache_enabled=False,  # our LRU below is the one cache, with a bound
         )
         self._grammars: OrderedDict[str, xgr.CompiledGrammar] = OrderedDict()
         self._states: dict[str, _RequestState] = {}
+        self._grammars_lock = threading.Lock()
         self._batch_matcher = xgr.BatchGrammarMatcher()
         self._bitmask = torch.empty((8, bitmask_words(vocab_size)), dtype=torch.int32)  # [capacity, words]
         # What the mask looks like when the grammar leaves nothing but ending the sequence.
@@ -217,25 +256,34 @@ class JsonModeProcessor(LogitsProcessor):
 
     def compiled_grammar(self, schema: str) -> xgr.CompiledGrammar:
         """Compile (or fetch) the grammar of a canonical schema text; InvalidRequestError if unusable."""
-        grammar = self._grammars.get(schema)
-        if grammar is not None:
-            self._grammars.move_to_end(schema)
-            return grammar
+        with self._grammars_lock:   # the engine core prepares requests on another thread than it steps
+            grammar = self._grammars.get(schema)
+            if grammar is not None:
+                self._grammars.move_to_end(schema)
+                return grammar
         try:
-            patched = json.dumps(bound_string_lengths_by_pattern(json.loads(schema)), ensure_ascii=False)
-        except json.JSONDecodeError as exc:
-            raise InvalidRequestError(f"response_format JSON schema is not valid JSON: {exc}") from exc
-        try:
-            grammar = self._compiler.compile_json_schema(
-                patched, any_whitespace=True, max_whitespace_cnt=self.max_whitespace, strict_mode=True,
-            )
+            grammar = self._compile(schema)
         except (RuntimeError, ValueError) as exc:  # XGrammar's C++ errors arrive as RuntimeError
             detail = _XGRAMMAR_ERROR_PREFIX.sub("", str(exc).strip()).splitlines()[0]
-            raise InvalidRequestError(f"response_format JSON schema is not supported: {detail}") from exc
-        self._grammars[schema] = grammar
-        if len(self._grammars) > self.cache_size:
-            self._grammars.popitem(last=False)
+            what = "structural tag" if schema.startswith(_STRUCTURAL_TAG_KEY) else "JSON schema"
+            raise InvalidRequestError(f"response_format {what} is not supported: {detail}") from exc
+        with self._grammars_lock:
+            self._grammars[schema] = grammar
+            if len(self._grammars) > self.cache_size:
+                self._grammars.popitem(last=False)
         return grammar
+
+    def _compile(self, key: str) -> xgr.CompiledGrammar:
+        if key.startswith(_STRUCTURAL_TAG_KEY):
+            tag = json.loads(key.removeprefix(_STRUCTURAL_TAG_KEY))
+            return self._compiler.compile_structural_tag(json.dumps({"type": "structural_tag", "format": tag}))
+        try:
+            patched = json.dumps(bound_string_lengths_by_pattern(json.loads(key)), ensure_ascii=False)
+        except json.JSONDecodeError as exc:
+            raise InvalidRequestError(f"response_format JSON schema is not valid JSON: {exc}") from exc
+        limit = COMPACT_MAX_WHITESPACE if self.compact else self.max_whitespace
+        return self._compiler.compile_json_schema(patched, any_whitespace=True, max_whitespace_cnt=limit,
+                                                  strict_mode=True)
 
     # ---- the LogitsProcessor protocol ----------------------------------------------------------
 
@@ -256,7 +304,7 @@ class JsonModeProcessor(LogitsProcessor):
             # Without any EOS id the grammar must end by itself once the JSON value is complete.
             terminate_without_stop_token=not self.eos_token_ids,
         )
-        state = _RequestState(matcher)
+        state = _RequestState(matcher, budget=params.max_tokens)
         for token_id in output_token_ids:  # a preempted request comes back: replay, silently
             self._advance(state, token_id)
         state.events.clear()
@@ -286,6 +334,8 @@ class JsonModeProcessor(LogitsProcessor):
             bitmask.zero_()  # dead rows: nothing allowed, the engine ends them as dead ends
         if live:
             self._batch_matcher.batch_fill_next_token_bitmask([states[i].matcher for i in live], bitmask, live)
+            if self.close_within_budget:
+                self._force_closings(bitmask, states, live)
         self._record_dead_ends(bitmask, states)
         self._apply_bitmask(logits, bitmask, rows)
 
@@ -310,6 +360,8 @@ class JsonModeProcessor(LogitsProcessor):
     def _advance(self, state: _RequestState, token_id: int) -> None:
         position = state.num_tokens
         state.num_tokens += 1
+        if state.forced and state.forced[0] == token_id:
+            state.forced.pop(0)
         if state.rejected:
             return
         if not state.matcher.accept_token(token_id):
@@ -327,6 +379,38 @@ class JsonModeProcessor(LogitsProcessor):
             state.events.append(ProcessorEvent(
                 self.name, position, "grammar_terminated", {"reason": "JSON value complete; only end of sequence allowed"},
             ))
+
+    def _force_closings(self, bitmask: torch.Tensor, states: list[_RequestState], live: list[int]) -> None:
+        """Rows whose budget is running out may only write the shortest closing of their value, one token a step."""
+        for index in live:
+            state = states[index]
+            if not state.forced and not state.complete and state.tokens_left <= CLOSE_WINDOW:
+                self._plan_closing(state)
+            if state.forced:
+                bitmask[index] = bitmask_from_token_ids(state.forced[:1], self.vocab_size)
+
+    def _plan_closing(self, state: _RequestState) -> None:
+        closing = shortest_closing(state.matcher)
+        if closing is None:  # e.g. inside a character split across tokens: try again after the next token
+            if not state.closing_failed:
+                state.closing_failed = True
+                state.events.append(ProcessorEvent(self.name, state.num_tokens, "closing_not_found", {}))
+            return
+        tokens = self._tokenizer.encode(closing, add_special_tokens=False).ids if closing else []
+        if len(tokens) + CLOSE_MARGIN < state.tokens_left:
+            return  # still room to write freely (checked again next step: one token can open a string and more)
+        tokens = tokens or self.eos_token_ids[:1]   # complete already: end it while a token is left
+        trial = state.matcher.fork()
+        if not all(trial.accept_token(token_id) for token_id in tokens):
+            if not state.closing_failed:  # this tokenizer spells the closing another way here: try next step
+                state.closing_failed = True
+                state.events.append(ProcessorEvent(self.name, state.num_tokens, "closing_not_found",
+                                                   {"closing": closing}))
+            return
+        state.forced = list(tokens)
+        state.events.append(ProcessorEvent(self.name, state.num_tokens, "closed_for_budget", {
+            "closing": closing, "closing_tokens": len(tokens), "tokens_left": state.tokens_left,
+        }))
 
     def _bitmask_rows(self, count: int) -> torch.Tensor:
         if count > self._bitmask.shape[0]:

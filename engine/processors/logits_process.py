@@ -34,6 +34,12 @@ class LogitsProcessor(ABC):
 
         Called from `add_request`, before any compute (e.g. an invalid JSON schema)."""
 
+    def prepare(self, params: SamplingParams) -> None:
+        """Validate and build what a request will need before it is admitted (e.g. a KG constraint's view
+        of its allowed set), so the step that admits it does not stall the batch. Called off the step
+        thread: it may only add to caches the step also reads, never change what the step is using."""
+        self.validate_params(params)
+
     @abstractmethod
     def add_request(
         self, request_id: str, params: SamplingParams, prompt_token_ids: Sequence[int],

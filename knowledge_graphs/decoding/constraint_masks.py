@@ -14,9 +14,11 @@ all views of a domain.
 from __future__ import annotations
 
 import sys
-from collections import deque
+import threading
+from collections import OrderedDict, deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,10 +41,18 @@ from knowledge_graphs.decoding.vocab_guard import SurfaceGuard
 from knowledge_graphs.linking import MIN_FORM_CHARS
 from knowledge_graphs.model import KnowledgeGraph, normalise_alias
 
-MAX_VIEWS = 256            # allowed sets kept per domain (least recently built dropped first)
-MAX_MASKS_PER_VIEW = 50_000
-MAX_PLAIN_STEPS = 500_000
 MAX_CACHED_ENCODINGS = 50_000   # entities
+
+
+@dataclass(frozen=True, slots=True)
+class CacheLimits:
+    """How much a long-running engine keeps: least recently used entries go first (the service sizes these
+    from its settings). Every allowed set a prompt links to is a new view, so without a bound the cache
+    grows with traffic."""
+
+    views: int = 64               # allowed sets kept per domain
+    masks_per_view: int = 4096    # decoding states (their masks, transitions, guard walks) kept per allowed set
+    shared_per_domain: int = 65_536   # guard results shared by every allowed set of a domain
 
 
 def pack_allowed(allowed: np.ndarray, vocab_size: int) -> torch.Tensor:
@@ -113,48 +123,85 @@ class DecodeState:
     guard: GuardState
 
 
+COMPILED_PARTS = ("entity_ids", "forms_by_entity", "name_trie", "guard", "index")
+
+
+def compile_domain(kg: KnowledgeGraph, types: Collection[str], tokenizer: Tokenizer, token_texts: Sequence[str],
+                   has_word_chars: Sequence[bool]) -> dict[str, Any]:
+    """The expensive, allowed-set-independent part of a domain (seconds): the character trie of every
+    constrained surface form, the vocabulary guard's walk records, and the index of every entity encoding.
+    Plain data, so it can be cached on disk (`COMPILED_PARTS` are its keys)."""
+    entity_ids = frozenset(e.id for t in types for e in kg.entities(t))
+    forms: dict[str, list[str]] = {}
+    forms_by_entity: dict[str, list[str]] = {}
+    for entity_id in sorted(entity_ids):
+        entity = kg.entity(entity_id)
+        assert entity is not None
+        kept = [(f, key) for f in entity.surface_forms if len(key := normalise_alias(f)) >= MIN_FORM_CHARS]
+        forms_by_entity[entity_id] = [f for f, _ in kept]
+        for _, key in kept:
+            forms.setdefault(key, []).append(entity_id)
+    name_trie = NameTrie(forms)
+    return {"entity_ids": entity_ids, "forms_by_entity": forms_by_entity, "name_trie": name_trie,
+            "guard": SurfaceGuard(name_trie, token_texts),
+            "index": EncodingIndex(encode_forms(tokenizer, forms_by_entity, has_word_chars))}
+
+
 class DomainMasks:
     def __init__(
         self, kg: KnowledgeGraph, types: Collection[str], tokenizer: Tokenizer, token_texts: Sequence[str],
-        eos_token_ids: Collection[int],
+        eos_token_ids: Collection[int], limits: CacheLimits | None = None, compiled: dict[str, Any] | None = None,
     ) -> None:
-        self.kg = kg
+        """compiled: what `compile_domain` returns for this (KG, types, tokenizer), e.g. read back from the
+        on-disk index cache (`knowledge_graphs.decoding.index_cache`); built here when not given."""
+        # the KG itself is not kept: an engine core holds these masks for its whole life, and needs of the KG
+        # only which ids exist (to refuse unknown ones)
+        self.kg_version = kg.version
+        self.known_entity_ids = frozenset(entity.id for entity in kg.entities())
+        self.limits = limits or CacheLimits()
         self.types = frozenset(types)
         self.vocab_size = len(token_texts)
-        self.entity_ids = frozenset(e.id for t in self.types for e in kg.entities(t))
-        forms: dict[str, list[str]] = {}
-        forms_by_entity: dict[str, list[str]] = {}
-        for entity_id in sorted(self.entity_ids):
-            entity = kg.entity(entity_id)
-            assert entity is not None
-            kept = [(f, key) for f in entity.surface_forms if len(key := normalise_alias(f)) >= MIN_FORM_CHARS]
-            forms_by_entity[entity_id] = [f for f, _ in kept]
-            for _, key in kept:
-                forms.setdefault(key, []).append(entity_id)
         self.tokenizer = tokenizer
         self.token_texts = token_texts
-        self.forms_by_entity = forms_by_entity
-        self.name_trie = NameTrie(forms)
-        self.guard = SurfaceGuard(self.name_trie, token_texts)
         folded = [fold(t) for t in token_texts]
-        self.token_folded = folded
         self.has_word_chars = [f.strip() != "" for f in folded]
-        self.index = EncodingIndex(encode_forms(tokenizer, forms_by_entity, self.has_word_chars))
+        compiled = compiled or compile_domain(kg, self.types, tokenizer, token_texts, self.has_word_chars)
+        self.entity_ids: frozenset[str] = compiled["entity_ids"]
+        self.forms_by_entity: dict[str, list[str]] = compiled["forms_by_entity"]
+        self.name_trie: NameTrie = compiled["name_trie"]
+        self.guard: SurfaceGuard = compiled["guard"]
+        self.guard.max_memo, self.guard.max_walks = self.limits.shared_per_domain, self.limits.masks_per_view
+        self.index: EncodingIndex = compiled["index"]
+        self.token_folded = folded
         # A token that begins with a word boundary can close a mention (or start a new one anywhere).
         self.boundary_start: list[bool] = [f.startswith(SPACE) for f in folded]
         self.eos_ids = np.array(sorted({i for i in eos_token_ids if 0 <= i < self.vocab_size}), dtype=np.int64)
-        self._views: dict[frozenset[str], AllowedView] = {}
-        # for `_without`; all False between uses (the engine calls a processor from one thread)
-        self.scratch = np.zeros(self.vocab_size, dtype=bool)
+        self._views: OrderedDict[frozenset[str], AllowedView] = OrderedDict()   # LRU
+        self._views_lock = threading.Lock()   # views are built off the step thread (`prepare`)
+        self._scratch = threading.local()
         # per boundary flag: the token's text closes no match (no boundary after its leading ones)
         self._closes_nothing = {False: [SPACE not in f for f in folded],
                                 True: [SPACE not in f.lstrip(SPACE) for f in folded]}
         self._plain_steps: dict[tuple[GuardState, int], GuardState] = {}   # memo of `step`, all views
         self._encodings: dict[str, list[list[int]]] = {}                     # memo of `encodings`
+        self._encodings_lock = threading.Lock()
+
+    @property
+    def scratch(self) -> np.ndarray:
+        """For `_without`: a bool [vocab] array, all False between uses, one per thread (views are
+        built on the engine's input thread while the step thread computes masks)."""
+        found = getattr(self._scratch, "array", None)
+        if found is None:
+            found = self._scratch.array = np.zeros(self.vocab_size, dtype=bool)
+        return found
 
     def encodings(self, entity_ids: Collection[str]) -> list[tuple[str, list[int]]]:
         """(entity id, token ids) of every variant of every form of `entity_ids` (`encode_forms`),
         encoded once per domain: allowed sets overlap, and encoding is most of a view's build."""
+        with self._encodings_lock:   # two threads may build views at once (see `view`)
+            return self._encodings_locked(entity_ids)
+
+    def _encodings_locked(self, entity_ids: Collection[str]) -> list[tuple[str, list[int]]]:
         missing = sorted(i for i in entity_ids if i not in self._encodings)
         if missing:
             if len(self._encodings) > MAX_CACHED_ENCODINGS:
@@ -173,20 +220,32 @@ class DomainMasks:
             key = (guard, token_id)
             found = self._plain_steps.get(key)
             if found is None:
-                if len(self._plain_steps) > MAX_PLAIN_STEPS:
+                if len(self._plain_steps) > self.limits.shared_per_domain:
                     self._plain_steps.clear()
                 found = self._plain_steps[key] = advance_folded(self.name_trie, guard, self.token_folded[token_id])[0]
             return found, False
         return advance_checked(self.name_trie, guard, self.token_folded[token_id], allowed)
 
     def view(self, allowed_ids: Collection[str]) -> AllowedView:
+        """The view of one allowed set, built on first use and kept while recently used (`CacheLimits.views`).
+        A request holds its view for its whole life, so dropping one from the cache never disturbs it."""
         key = frozenset(allowed_ids) & self.entity_ids
-        found = self._views.get(key)
-        if found is None:
-            if len(self._views) >= MAX_VIEWS:
-                self._views.pop(next(iter(self._views)))
-            found = self._views[key] = AllowedView(self, key)
+        with self._views_lock:
+            found = self._views.get(key)
+            if found is not None:
+                self._views.move_to_end(key)
+                return found
+        built = AllowedView(self, key)   # outside the lock: the step thread may need another view meanwhile
+        with self._views_lock:
+            found = self._views.setdefault(key, built)
+            self._views.move_to_end(key)
+            while len(self._views) > self.limits.views:
+                self._views.popitem(last=False)
         return found
+
+    @property
+    def cached_views(self) -> int:
+        return len(self._views)
 
     def advance_guard(self, guard: GuardState, text: str) -> tuple[GuardState, list[tuple[int, ...]]]:
         return advance(self.name_trie, guard, text)
@@ -209,7 +268,7 @@ class AllowedView:
         self._both = {b: np.union1d(self._static[b], self._root_blocked[b]) for b in (False, True)}
         self._root_off_mention: dict[tuple[int, bool], np.ndarray] = {}   # root rule minus a node's live continuations
         self._live_tokens: dict[int, np.ndarray] = {}   # token-trie node -> its live continuations
-        self._masks: dict[DecodeState, CachedMask] = {}
+        self._masks: OrderedDict[DecodeState, CachedMask] = OrderedDict()   # LRU
         # outside a mention with no match open, the mask depends on the boundary flag alone
         self._plain = {b: CachedMask(self.blocked(DecodeState(None, GuardState(boundary=b))), domain.vocab_size)
                        for b in (False, True)}
@@ -243,7 +302,7 @@ class AllowedView:
             key = (state, token_id)
             found = self._transitions.get(key)
             if found is None:
-                if len(self._transitions) >= MAX_MASKS_PER_VIEW:
+                if len(self._transitions) >= self.domain.limits.masks_per_view:
                     self._transitions.clear()
                 found = self._transitions[key] = self._next_state(state, token_id, folded)
             return found
@@ -328,17 +387,19 @@ class AllowedView:
         return self.entry(state).packed
 
     def entry(self, state: DecodeState) -> CachedMask:
-        found = self._masks.get(state)
+        masks = self._masks
+        found = masks.get(state)
         if found is not None:
+            masks.move_to_end(state)
             return found
         guard = state.guard
         if state.trie_node is None and not guard.nodes and guard.carriers is None:
             found = self._plain[guard.boundary]   # nothing open, and EOS closes nothing
         else:
             found = CachedMask(self.blocked(state), self.domain.vocab_size)
-        if len(self._masks) >= MAX_MASKS_PER_VIEW:
-            self._masks.clear()
-        self._masks[state] = found
+        masks[state] = found
+        if len(masks) > self.domain.limits.masks_per_view:
+            masks.popitem(last=False)
         return found
 
     def explain(self, state: DecodeState, token_id: int, text: str) -> list[str]:

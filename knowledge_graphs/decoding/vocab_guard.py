@@ -47,6 +47,9 @@ class SurfaceGuard:
     def __init__(self, trie: NameTrie, token_texts: Sequence[str], *, precompute_depth: int = PRECOMPUTE_DEPTH) -> None:
         self.trie = trie
         self.vocab_size = len(token_texts)
+        # memo bounds (entries); DomainMasks sets them from its CacheLimits
+        self.max_memo = MAX_LAZY_RECORDS      # shared results and deeper walk records, per domain
+        self.max_walks = 50_000               # carrier walks, per allowed set
         folded = [fold(t) for t in token_texts]
         # At a boundary a leading space of the token collapses into the previous one.
         effective = {False: folded, True: [s[1:] if s.startswith(SPACE) else s for s in folded]}
@@ -122,14 +125,14 @@ class SurfaceGuard:
             if ids is None:
                 found = evaluate([self.records(n, state.boundary) for n in state.nodes], allowed)
                 if found is not None:   # None: an obligation may open, the walk below decides
-                    if len(self._shared) >= MAX_LAZY_RECORDS:
+                    if len(self._shared) >= self.max_memo:
                         self._shared.clear()
                     ids = self._shared[key] = (ranges_to_ids(found[0], perm), ranges_to_ids(found[1], perm))
             if ids is not None:
                 return ids[0], ids[1] if dead_words else NO_IDS
         walked = allowed.walks.get(state)
         if walked is None:
-            if len(allowed.walks) > 50_000:
+            if len(allowed.walks) > self.max_walks:
                 allowed.walks.clear()
             walked = allowed.walks[state] = self._walk(state, allowed)
         guard_ranges, dead_ranges = (np.array(r, dtype=np.int64).reshape(-1, 2) for r in walked)
@@ -140,7 +143,7 @@ class SurfaceGuard:
         key = (node, boundary)
         found = self._records.get(key) or self._lazy_records.get(key)
         if found is None:
-            if len(self._lazy_records) >= MAX_LAZY_RECORDS:
+            if len(self._lazy_records) >= self.max_memo:
                 self._lazy_records.clear()
             found = self._lazy_records[key] = walk_records(self.trie, self._sorted[boundary], node)
         return found

@@ -59,6 +59,9 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "environment": "test", "database_url": database_url, "hmac_key": TEST_HMAC_KEY,
         "checkpoint_interval": 5, "max_body_bytes": 64_000,
+        # Requests without a domain are served unverified here, as before detection existed: the tests that
+        # exercise detection opt in (`overrides={"domain_detection": "detect"}`), the rest need no MiniLM.
+        "domain_detection": "off",
     }
     values.update(overrides)
     return Settings(**values)
@@ -94,7 +97,7 @@ class FakeEngine:
 
     async def generate(
         self, prompt: str | list[int], params: SamplingParams, *, request_id: str,
-        intent: str | None = None, cache_salt: str | None = None,
+        intent: str | None = None, cache_salt: str | None = None, output_kind: str = "cumulative",
     ) -> AsyncIterator[RequestOutput]:
         params.validate()
         if params.response_format and params.response_format.get("type") == "json_schema":
@@ -109,7 +112,7 @@ class FakeEngine:
             reply = json.dumps({"answer": "metformin", "confidence": 0.9})
         words = reply.split(" ")[: params.max_tokens]
         stats = RequestStats(arrival_time=0.0, num_prompt_tokens=len(self.tokenizer.encode(str(prompt))))
-        text_so_far, token_ids = "", []
+        text_so_far, token_ids, logprobs = "", [], []
         events = [ProcessorEvent("kg_constraint", 0, "allowed_set", {"size": 3})] if params.extra_args else []
         for i, word in enumerate(words):
             await asyncio.sleep(0)
@@ -120,12 +123,15 @@ class FakeEngine:
             stats.num_generated_tokens = i + 1
             if last:
                 stats.time_to_first_token_seconds, stats.e2e_request_latency_seconds = 0.001, 0.002
-            logprobs = [TokenLogprob(i, piece, -0.1)] if params.logprobs is not None else None
+            logprob = TokenLogprob(i, piece, -0.1)
+            logprobs.append(logprob)
+            delta = output_kind == "delta"
             yield RequestOutput(
-                request_id=request_id, prompt_token_ids=[1, 2], token_ids=list(token_ids), text=text_so_far,
-                new_token_ids=[i], new_text=piece, finished=last,
+                request_id=request_id, prompt_token_ids=[1, 2], token_ids=[i] if delta else list(token_ids),
+                text=piece if delta else text_so_far, new_token_ids=[i], new_text=piece, finished=last,
                 finish_reason=("length" if len(words) < len(reply.split(" ")) else "stop") if last else None,
-                logprobs=logprobs, events=list(events), stats=stats,
+                logprobs=None if params.logprobs is None else [logprob] if delta else list(logprobs),
+                events=(events if i == 0 else []) if delta else list(events), stats=stats,
             )
 
 

@@ -36,12 +36,14 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if not POSTGRES_URL:
         pytest.skip("AUDITOR_TEST_POSTGRES_URL is not set")
     schema = f"security_{uuid.uuid4().hex[:12]}"
+    # Apps on this schema are closed before it is dropped (fixture teardown order is not guaranteed).
     admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE SCHEMA "{schema}"'))
     try:
         yield f"{POSTGRES_URL}{'&' if '?' in POSTGRES_URL else '?'}options=-csearch_path%3D{schema}"
     finally:
+        _close_open_clients()
         with admin.connect() as conn:
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
@@ -54,27 +56,34 @@ def sqlite_store(tmp_path: Path) -> str:
 
 def settings_for(url: str, **overrides: Any) -> Settings:
     values: dict[str, Any] = {"environment": "test", "database_url": url, "hmac_key": HMAC_KEY,
-                              "checkpoint_interval": 3}
+                              "checkpoint_interval": 3,
+                              # no MiniLM in these tests: domain detection has its own (tests/auditor/serving)
+                              "domain_detection": "off"}
     values.update(overrides)
     return Settings(**values)
+
+
+_OPEN_CLIENTS: list[TestClient] = []
+
+
+def _close_open_clients() -> None:
+    while _OPEN_CLIENTS:
+        _OPEN_CLIENTS.pop().__exit__(None, None, None)
 
 
 @pytest.fixture
 def app_on(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., TestClient]]:
     """`app_on(url, reply=..., **settings)`: the app on that store, lifespan entered, with a fake engine."""
     monkeypatch.setenv("AUDITOR_WORKER_EVALUATOR", MARKER_EVALUATOR)
-    clients: list[TestClient] = []
-
     def build(url: str, *, reply: str | None = None, engine: Any = None, **overrides: Any) -> TestClient:
         engine = engine or (FakeEngine(reply) if reply is not None else FakeEngine())
         client = TestClient(create_app(settings_for(url, **overrides), engine=engine))
         client.__enter__()
-        clients.append(client)
+        _OPEN_CLIENTS.append(client)
         return client
 
     yield build
-    for client in clients:
-        client.__exit__(None, None, None)
+    _close_open_clients()
 
 
 @pytest.fixture

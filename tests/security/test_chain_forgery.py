@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, create_engine, text
 
 from tests.security.conftest import HMAC_KEY, chat
 
@@ -70,13 +70,36 @@ def _rehash(engine: Engine, rows: list[dict], from_seq: int) -> str:
 
 
 def _store_with_records(app_on, store_url: str, n: int = 8) -> list[str]:
+    """n records, each scored once by the embedded worker (waited for, so no scoring races the attack)."""
     client = app_on(store_url)
-    return chat(client, n)
+    ids = chat(client, n)
+    engine = create_engine(store_url)
+    try:
+        _wait_for_evaluations(engine, n)
+    finally:
+        engine.dispose()
+    return ids
+
+
+def _delete_records(conn: Connection, where: str) -> None:
+    """Delete records the way an attacker must: their outbox rows and evaluations first (foreign keys)."""
+    ids = f"SELECT id FROM audit_records WHERE {where}"
+    conn.execute(text(f"DELETE FROM outbox_inflight WHERE outbox_id IN (SELECT id FROM outbox WHERE record_id IN ({ids}))"))
+    conn.execute(text(f"DELETE FROM outbox WHERE record_id IN ({ids})"))
+    conn.execute(text(f"DELETE FROM evaluations WHERE record_id IN ({ids})"))
+    conn.execute(text(f"DELETE FROM audit_records WHERE {where}"))
 
 
 def _verify(cli, store_url: str, *extra: str) -> tuple[int, str]:
     status, out, err = cli(store_url, "audit", "verify-chain", *extra)
     return status, out + err
+
+
+def _records_ledger_broken(cli, store_url: str) -> bool:
+    """verify-chain exits 1 and the problem it names is in the records ledger (not a side effect elsewhere)."""
+    status, out, _ = cli(store_url, "audit", "verify-chain", "--json")
+    problem = json.loads(out)["problem"]
+    return status == 1 and problem is not None and problem["ledger"] == "records"
 
 
 def test_intact_trail_verifies(app_on, cli, store_url: str) -> None:
@@ -86,41 +109,35 @@ def test_intact_trail_verifies(app_on, cli, store_url: str) -> None:
 
 
 def test_deleting_the_newest_records_and_the_head_row_is_caught(app_on, cli, sql, store_url: str) -> None:
-    ids = _store_with_records(app_on, store_url)
+    _store_with_records(app_on, store_url)
     engine = sql(store_url)
     with engine.begin() as conn:
-        conn.execute(text("DELETE FROM outbox WHERE record_id IN (:a, :b)"), {"a": ids[-1], "b": ids[-2]})
-        conn.execute(text("DELETE FROM audit_records WHERE seq > 6"))
+        _delete_records(conn, "seq > 6")
         conn.execute(text("DELETE FROM chain_head WHERE id = 1"))
-    status, output = _verify(cli, store_url)
-    assert status == 1 and "head" in output, output
+    assert _records_ledger_broken(cli, store_url)
 
 
 def test_truncation_with_an_unsigned_rewound_head_is_caught(app_on, cli, sql, store_url: str) -> None:
-    ids = _store_with_records(app_on, store_url)
+    _store_with_records(app_on, store_url)
     engine = sql(store_url)
     rows = _rows(engine)
     with engine.begin() as conn:
-        conn.execute(text("DELETE FROM outbox WHERE record_id IN (:a, :b)"), {"a": ids[-1], "b": ids[-2]})
-        conn.execute(text("DELETE FROM audit_records WHERE seq > 6"))
+        _delete_records(conn, "seq > 6")
         conn.execute(text("UPDATE chain_head SET seq = 6, record_hash = :h, signature = NULL WHERE id = 1"),
                      {"h": rows[5]["record_hash"]})
-    status, output = _verify(cli, store_url)
-    assert status == 1, output
+    assert _records_ledger_broken(cli, store_url)
 
 
 def test_truncation_that_also_deletes_the_checkpoints_is_caught(app_on, cli, sql, store_url: str) -> None:
-    ids = _store_with_records(app_on, store_url)
+    _store_with_records(app_on, store_url)
     engine = sql(store_url)
     rows = _rows(engine)
     with engine.begin() as conn:
-        conn.execute(text("DELETE FROM outbox WHERE record_id IN (:a, :b)"), {"a": ids[-1], "b": ids[-2]})
-        conn.execute(text("DELETE FROM audit_records WHERE seq > 6"))
+        _delete_records(conn, "seq > 6")
         conn.execute(text("DELETE FROM checkpoints"))
         conn.execute(text("UPDATE chain_head SET seq = 6, record_hash = :h, signature = NULL WHERE id = 1"),
                      {"h": rows[5]["record_hash"]})
-    status, output = _verify(cli, store_url)
-    assert status == 1, output
+    assert _records_ledger_broken(cli, store_url)
 
 
 def test_rewriting_after_the_last_checkpoint_and_rehashing_is_caught(app_on, cli, sql, store_url: str) -> None:
@@ -131,16 +148,14 @@ def test_rewriting_after_the_last_checkpoint_and_rehashing_is_caught(app_on, cli
     last_hash = _rehash(engine, rows, 7)
     with engine.begin() as conn:
         conn.execute(text("UPDATE chain_head SET record_hash = :h, signature = NULL WHERE id = 1"), {"h": last_hash})
-    status, output = _verify(cli, store_url)
-    assert status == 1, output
+    assert _records_ledger_broken(cli, store_url)
 
 
 def test_deleting_a_record_and_renumbering_is_caught(app_on, cli, sql, store_url: str) -> None:
-    ids = _store_with_records(app_on, store_url)
+    _store_with_records(app_on, store_url)
     engine = sql(store_url)
     with engine.begin() as conn:
-        conn.execute(text("DELETE FROM outbox WHERE record_id = :id"), {"id": ids[3]})
-        conn.execute(text("DELETE FROM audit_records WHERE seq = 4"))
+        _delete_records(conn, "seq = 4")
         for seq in range(5, 9):
             conn.execute(text("UPDATE audit_records SET seq = :new WHERE seq = :old"), {"new": seq - 1, "old": seq})
         conn.execute(text("DELETE FROM checkpoints"))
@@ -149,8 +164,7 @@ def test_deleting_a_record_and_renumbering_is_caught(app_on, cli, sql, store_url
     with engine.begin() as conn:
         conn.execute(text("UPDATE chain_head SET seq = 7, record_hash = :h, signature = NULL WHERE id = 1"),
                      {"h": last_hash})
-    status, output = _verify(cli, store_url)
-    assert status == 1, output
+    assert _records_ledger_broken(cli, store_url)
 
 
 def _wait_for_evaluations(engine: Engine, count: int, timeout_s: float = 20.0) -> None:
@@ -188,26 +202,36 @@ def test_finding_10_deleting_access_log_entries_is_caught(app_on, cli, sql, stor
     assert status == 1 and "access" in output, output
 
 
-def _resign(engine: Engine, ledger: int = 1) -> None:
-    """The key holder's move: re-sign every checkpoint and the head of a rewritten ledger."""
-    from auditor.trail.chain import sign_checkpoint, sign_head
+def _rechain(engine: Engine, ledger_name: str) -> None:
+    """The key holder's move, with the project's own code: renumber a ledger's entries, recompute every hash,
+    drop the checkpoints that no longer fit, re-sign the rest and the head. The store alone then verifies."""
+    from sqlalchemy import select, update
 
-    key = HMAC_KEY.encode()
+    from auditor.trail.chain import GENESIS_HASH, record_hash, sign_checkpoint, sign_head
+    from auditor.trail.ledgers import LEDGERS
+    from auditor.trail.models import ChainHead, Checkpoint
+
+    ledger = next(lg for lg in LEDGERS if lg.name == ledger_name)
+    table, key = ledger.table, HMAC_KEY.encode()
     with engine.begin() as conn:
-        checkpoints = conn.execute(text("SELECT seq, prev_seq FROM checkpoints WHERE ledger = :l ORDER BY seq"),
-                                   {"l": ledger}).all()
-        for seq, prev_seq in checkpoints:
-            hash_ = conn.execute(text("SELECT record_hash FROM audit_records WHERE seq = :s"), {"s": seq}).scalar()
-            if hash_ is None:
-                conn.execute(text("DELETE FROM checkpoints WHERE ledger = :l AND seq = :s"), {"l": ledger, "s": seq})
-                continue
-            conn.execute(text("UPDATE checkpoints SET record_hash = :h, signature = :sig WHERE ledger = :l AND seq = :s"),
-                         {"h": hash_, "sig": sign_checkpoint(key, ledger, seq, hash_, prev_seq), "l": ledger, "s": seq})
-        last_cp = conn.execute(text("SELECT max(seq) FROM checkpoints WHERE ledger = :l"), {"l": ledger}).scalar()
-        seq, hash_ = conn.execute(text("SELECT seq, record_hash FROM audit_records ORDER BY seq DESC")).first()
-        conn.execute(text("UPDATE chain_head SET seq = :s, record_hash = :h, last_checkpoint_seq = :c, signature = :sig "
-                          "WHERE id = :l"),
-                     {"s": seq, "h": hash_, "c": last_cp, "sig": sign_head(key, ledger, seq, hash_, last_cp), "l": ledger})
+        rows = [dict(r) for r in conn.execute(select(table).order_by(table.c.seq)).mappings()]
+        conn.execute(update(table).values(seq=-table.c.seq))   # free the unique seqs before renumbering
+        prev, last_checkpoint = GENESIS_HASH, None
+        conn.execute(Checkpoint.__table__.delete().where(Checkpoint.ledger == ledger.number))
+        for seq, row in enumerate(rows, start=1):
+            digest = ledger.digest(row)
+            hash_ = record_hash(seq, prev, digest)
+            conn.execute(update(table).where(table.c.id == row["id"]).values(
+                seq=seq, prev_hash=prev, content_digest=digest, record_hash=hash_))
+            if seq % 3 == 0:
+                conn.execute(Checkpoint.__table__.insert().values(
+                    ledger=ledger.number, seq=seq, record_hash=hash_, prev_seq=last_checkpoint or 0,
+                    signature=sign_checkpoint(key, ledger.number, seq, hash_, last_checkpoint), created_at=datetime.now(UTC)))
+                last_checkpoint = seq
+            prev = hash_
+        conn.execute(update(ChainHead).where(ChainHead.id == ledger.number).values(
+            seq=len(rows), record_hash=prev, last_checkpoint_seq=last_checkpoint,
+            signature=sign_head(key, ledger.number, len(rows), prev, last_checkpoint)))
 
 
 def test_a_key_holder_rewriting_history_is_caught_by_the_witness(app_on, cli, sql, store_url: str,
@@ -216,10 +240,9 @@ def test_a_key_holder_rewriting_history_is_caught_by_the_witness(app_on, cli, sq
     _store_with_records(app_on, store_url)
     assert cli(store_url, "audit", "witness", witness)[0] == 0
     engine = sql(store_url)
-    rows = _rows(engine)
-    rows[1]["fer"] = 0.0 if rows[1]["fer"] else 1.0
-    _rehash(engine, rows, 2)
-    _resign(engine)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE audit_records SET fer = 0.0, n_contradicted = 0 WHERE seq = 2"))
+    _rechain(engine, "records")
     assert _verify(cli, store_url)[0] == 0   # on the store alone, a re-signed rewrite verifies: the key's limit
     status, output = _verify(cli, store_url, "--witness", witness)
     assert status == 1 and "witness" in output, output
@@ -228,13 +251,13 @@ def test_a_key_holder_rewriting_history_is_caught_by_the_witness(app_on, cli, sq
 def test_a_key_holder_truncating_the_trail_is_caught_by_the_witness(app_on, cli, sql, store_url: str,
                                                                     tmp_path: Path) -> None:
     witness = f"file:{tmp_path / 'witness.jsonl'}"
-    ids = _store_with_records(app_on, store_url)
+    _store_with_records(app_on, store_url)
     assert cli(store_url, "audit", "witness", witness)[0] == 0
     engine = sql(store_url)
     with engine.begin() as conn:
-        conn.execute(text("DELETE FROM outbox WHERE record_id = :id"), {"id": ids[-1]})
-        conn.execute(text("DELETE FROM audit_records WHERE seq = 8"))
-    _resign(engine)
+        _delete_records(conn, "seq = 8")
+    _rechain(engine, "records")
+    _rechain(engine, "evaluations")
     assert _verify(cli, store_url)[0] == 0
     status, output = _verify(cli, store_url, "--witness", witness)
     assert status == 1 and "ends at seq 7" in output, output

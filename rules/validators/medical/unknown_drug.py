@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from rules.claims import Document
@@ -54,7 +54,7 @@ def _known_name(doc: Document, name: str) -> bool:
     return _in_drug_dictionary(name.casefold())
 
 
-@cache
+@lru_cache(maxsize=16384)   # bounded: the name is whatever a model wrote
 def _in_drug_dictionary(name: str) -> bool:
     from drug_named_entity_recognition import find_drugs  # heavy import (~1 s): only when a candidate appears
 

@@ -93,8 +93,9 @@ def _json_object() -> SamplingParams:
     return SamplingParams(response_format={"type": "json_object"})
 
 
-def _json_schema(schema: dict[str, Any]) -> SamplingParams:
-    return SamplingParams(response_format={"type": "json_schema", "json_schema": {"name": "t", "schema": schema, "strict": True}})
+def _json_schema(schema: dict[str, Any], max_tokens: int = 1000) -> SamplingParams:
+    return SamplingParams(max_tokens=max_tokens,
+                          response_format={"type": "json_schema", "json_schema": {"name": "t", "schema": schema, "strict": True}})
 
 
 def _decode(

@@ -1,0 +1,41 @@
+"""`auditor engine-core --address ADDR`: run the engine core on its own, for several API processes to share
+(each started with AUDITOR_ENGINE_ADDRESS=ADDR). Restarting it when it dies is the supervisor's job (systemd,
+Kubernetes); the API processes fail their requests in flight and reconnect when it answers again."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from auditor.cli import CliError
+from auditor.commands.common import load_settings
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("engine-core", help="run the engine core on its own, for API processes to share")
+    parser.add_argument("--address", help="ZeroMQ address to serve on (default: AUDITOR_ENGINE_ADDRESS), "
+                        "e.g. ipc:///run/auditor/engine")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import zmq
+
+    from auditor.serving import runtime
+    from engine.core_proc import EngineCoreProc
+
+    settings = load_settings()
+    address = args.address or settings.engine_address
+    if not address:
+        raise CliError("give --address or set AUDITOR_ENGINE_ADDRESS (e.g. ipc:///run/auditor/engine)")
+    path = settings.resolved_model_path()
+    if not path.is_dir():
+        raise CliError(f"no model at {path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    engine = runtime.build_engine(path, list(settings.domains), **runtime.engine_options(settings))
+    try:
+        core = EngineCoreProc(engine, address)
+    except zmq.ZMQError as exc:   # a bad or busy address
+        raise CliError(f"cannot serve on {address}: {exc}") from exc
+    logging.getLogger("auditor").info("engine core serving on %s", address)
+    return core.run()

@@ -1,0 +1,248 @@
+"""A real `auditor serve` in a subprocess, for the load benchmarks (`service_load`, `soak`): start it and time
+`/ready`, read the RSS of its whole process tree, send a fixed chat mix from closed-loop clients, and check
+that every success has its committed record and that the chain verifies."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+DATA = Path(__file__).parent / "data"
+INTENTS = {"finance": "fin-risk", "medical": "medical-diagnosis", "legal": "legal-advice", None: "general-chat"}
+MIX = ("finance", "medical", "legal", None)   # a fixed mix: one of each in turn
+INDEX_CACHE_DIR = Path("var/cache/kg-index").resolve()
+
+
+@dataclass
+class ChatRequest:
+    domain: str | None
+    user_text: str
+
+    def body(self, max_tokens: int) -> dict[str, Any]:
+        return {"model": "auditor", "max_tokens": max_tokens, "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True},
+                "messages": [{"role": "user", "content": self.user_text}]}
+
+    def headers(self) -> dict[str, str]:
+        headers = {"X-Intent": INTENTS[self.domain]}
+        if self.domain:
+            headers["X-Domain"] = self.domain
+        return headers
+
+
+def request_mix(count: int, *, tag: str) -> list[ChatRequest]:
+    """`count` requests cycling finance, medical, legal and no-domain chat (benchmarks/data). Each user text ends
+    with a number unique to (tag, index), so no two requests of a run, or of two runs, share a prompt: neither
+    side of a comparison gets prefix-cache hits the other does not."""
+    by_domain: dict[str | None, list[str]] = {d: [] for d in MIX}
+    for line in (DATA / "hallucination_prompts.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        by_domain[row["domain"]].append(row["prompt"])
+    by_domain[None] = [json.loads(line)["prompt"] for line in (DATA / "offdomain_chat.jsonl").read_text().splitlines()]
+    cursors = {d: itertools.cycle(prompts) for d, prompts in by_domain.items()}
+    return [ChatRequest(domain, f"{next(cursors[domain])} (#{tag}{i:05d})")
+            for i, domain in zip(range(count), itertools.cycle(MIX))]
+
+
+@dataclass
+class Result:
+    status: int
+    domain: str | None
+    audit_id: str | None = None
+    completion_tokens: int = 0
+    ttft_s: float | None = None
+    e2e_s: float = 0.0
+    error: str | None = None
+
+
+async def send_stream(client: httpx.AsyncClient, request: ChatRequest, max_tokens: int) -> Result:
+    started = time.perf_counter()
+    result = Result(0, request.domain)
+    try:
+        async with client.stream("POST", "/v1/chat/completions", json=request.body(max_tokens),
+                                 headers=request.headers()) as response:
+            result.status = response.status_code
+            result.audit_id = response.headers.get("X-Audit-Id")
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if "error" in chunk:
+                    result.status, result.error = 599, chunk["error"]["message"]   # an error event mid-stream
+                    continue
+                choices = chunk.get("choices") or []
+                if result.ttft_s is None and choices and choices[0].get("delta", {}).get("content"):
+                    result.ttft_s = time.perf_counter() - started
+                if chunk.get("usage"):
+                    result.completion_tokens = chunk["usage"]["completion_tokens"]
+    except httpx.HTTPError as exc:
+        result.status, result.error = 598, f"{type(exc).__name__}: {exc}"
+    result.e2e_s = time.perf_counter() - started
+    return result
+
+
+async def closed_loop(base_url: str, requests: list[ChatRequest], *, clients: int, max_tokens: int,
+                      deadline: float | None = None) -> tuple[list[Result], float]:
+    """`clients` workers, each sending its next request as soon as its previous one ends; (results, seconds)."""
+    queue: asyncio.Queue[ChatRequest] = asyncio.Queue()
+    for request in requests:
+        queue.put_nowait(request)
+    results: list[Result] = []
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=base_url, timeout=120, limits=limits) as client:
+        async def worker() -> None:
+            while not queue.empty() and (deadline is None or time.monotonic() < deadline):
+                results.append(await send_stream(client, queue.get_nowait(), max_tokens))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(clients)))
+        return results, time.perf_counter() - started
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen[bytes]
+    base_url: str
+    database_url: str
+    ready_s: float
+    workdir: Path
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def rss_mb(self) -> float:
+        """Resident memory of the server and every process below it (the engine core, workers)."""
+        return sum(_rss_kb(pid) for pid in _tree(self.proc.pid)) / 1024
+
+    def verify_chain(self) -> bool:
+        response = httpx.get(f"{self.base_url}/v1/audits/verify", timeout=120)
+        return response.status_code == 200 and response.json().get("ok") is True
+
+    def records_found(self, audit_ids: list[str]) -> int:
+        from sqlalchemy import create_engine, text  # noqa: PLC0415
+
+        engine = create_engine(self.database_url)
+        found = 0
+        with engine.connect() as conn:
+            for start in range(0, len(audit_ids), 500):
+                chunk = audit_ids[start : start + 500]
+                params = {f"i{k}": value for k, value in enumerate(chunk)}
+                placeholders = ", ".join(f":i{k}" for k in range(len(chunk)))
+                found += conn.execute(text(f"SELECT count(*) FROM audit_records WHERE id IN ({placeholders}) "
+                                           "AND status <> 'error'"), params).scalar() or 0
+        engine.dispose()
+        return found
+
+    def stop(self) -> None:
+        for proc in [*self.workers, self.proc]:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        for proc in [*self.workers, self.proc]:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+def start_server(*, source_root: Path | None = None, database_url: str | None = None, redis_url: str | None = None,
+                 env: dict[str, str] | None = None, ready_timeout_s: float = 600) -> Server:
+    """`auditor serve` from this checkout, or from `source_root` (another checkout of the project, e.g. main as
+    it was, run with this interpreter), on a fresh SQLite file unless `database_url` names another store."""
+    workdir = Path(tempfile.mkdtemp(prefix="service-bench-"))
+    port = _free_port()
+    database_url = database_url or f"sqlite:///{workdir / 'audit.db'}"
+    # one KG-index cache for every server a benchmark starts (each runs in its own scratch folder)
+    child_env = {**os.environ, "AUDITOR_DATABASE_URL": database_url, "AUDITOR_ENVIRONMENT": "development",
+                 "AUDITOR_METRICS_ACCESS": "open", "AUDITOR_INDEX_CACHE_DIR": str(INDEX_CACHE_DIR), **(env or {})}
+    if redis_url:
+        child_env["AUDITOR_REDIS_URL"] = redis_url
+    if source_root is not None:
+        child_env["PYTHONPATH"] = str(source_root)
+    command = [sys.executable, "-m", "auditor.cli"]
+    log = open(workdir / "server.log", "wb")  # noqa: SIM115 - lives as long as the server
+    started = time.perf_counter()
+    proc = subprocess.Popen([*command, "serve", "--port", str(port)], cwd=workdir, env=child_env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    base_url = f"http://127.0.0.1:{port}"
+    server = Server(proc, base_url, database_url, 0.0, workdir)
+    if redis_url:
+        server.workers.append(subprocess.Popen([*command, "worker", "--concurrency", "1"], cwd=workdir, env=child_env,
+                                               stdout=log, stderr=subprocess.STDOUT))
+    deadline = time.monotonic() + ready_timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}; see {workdir / 'server.log'}")
+        try:
+            if httpx.get(f"{base_url}/ready", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            server.stop()
+            raise RuntimeError(f"server not ready after {ready_timeout_s} s; see {workdir / 'server.log'}")
+        time.sleep(0.1)
+    server.ready_s = time.perf_counter() - started
+    return server
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """The engine's torch threads, for a server of this checkout (AUDITOR_ENGINE_THREADS) or of an older one
+    that lacks the setting (OMP_NUM_THREADS, read by torch at start)."""
+    return {"AUDITOR_ENGINE_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _tree(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(entry.name))
+    found, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(children.get(pid, []))
+    return found
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]

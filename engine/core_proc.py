@@ -1,0 +1,247 @@
+"""The engine core in its own process (after vLLM V1's EngineCoreProc): a busy step loop that shares no
+GIL with HTTP, validation or SQL.
+
+Three threads, one job each:
+- the input thread owns the ROUTER socket clients talk to. It decodes requests and prepares them
+  (validation, the processors' per-request work such as a KG constraint's allowed-set view) before they
+  reach the step loop, so admitting a request never stalls the batch;
+- the main thread runs the step loop: admit prepared requests and aborts, `step_core()`, hand each client
+  its deltas; it blocks only when there is nothing to run;
+- the output thread encodes and sends, overlapping the next step's compute (torch releases the GIL).
+Several API processes may share one core: each says hello with the address it receives on, and gets only
+its own requests' outputs there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections import defaultdict
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import zmq
+
+from engine.llm_engine import LLMEngine
+from engine.memory import malloc_trim
+from engine.sampling_params import InvalidRequestError
+from engine.serial import output_to_wire, pack, params_from_wire, unpack
+
+logger = logging.getLogger("engine.core")
+
+_SHUTDOWN = object()
+
+
+def run_engine_core(builder: Callable[[], LLMEngine], input_address: str, ready: Connection,
+                    stats_interval_s: float = 0.5, trim_interval_s: float = 30.0) -> None:
+    """Process entry point: build the engine, say ready (or why not) on `ready`, then serve until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the API process decides when the core stops
+    try:
+        engine = builder()
+        core = EngineCoreProc(engine, input_address, stats_interval_s=stats_interval_s,
+                              trim_interval_s=trim_interval_s, watch_parent=True)
+    except BaseException as exc:  # noqa: BLE001 - the parent must hear why, not wait for a timeout
+        ready.send(("failed", f"{type(exc).__name__}: {exc}"))
+        ready.close()
+        sys.exit(1)
+    ready.send(("ready", core.info))
+    ready.close()
+    sys.exit(core.run())
+
+
+class EngineCoreProc:
+    def __init__(self, engine: LLMEngine, input_address: str, *, stats_interval_s: float = 0.5,
+                 trim_interval_s: float = 30.0, watch_parent: bool = False) -> None:
+        """watch_parent: stop when the process that started this one is gone (a core an API process owns);
+        a standalone core (`auditor engine-core`) serves whoever connects until it is stopped."""
+        self.engine = engine
+        self.stats_interval_s = stats_interval_s
+        self.trim_interval_s = trim_interval_s
+        self.inputs: queue.Queue[Any] = queue.Queue()     # input thread -> step loop
+        self.outputs: queue.Queue[Any] = queue.Queue()    # step loop / input thread -> output thread
+        self.owners: dict[str, bytes] = {}                # request id -> the client that sent it
+        self.context = zmq.Context()
+        self.input_socket = self.context.socket(zmq.ROUTER)
+        self.input_socket.setsockopt(zmq.LINGER, 0)
+        self.input_socket.bind(input_address)
+        self._parent = os.getppid() if watch_parent else None
+        self.info = {"model_id": engine.model_id, "checkpoint_hash": engine.checkpoint_hash,
+                     "max_model_len": engine.max_model_len, "pid": os.getpid()}
+
+    # ---- the step loop (main thread) -------------------------------------------------------------
+
+    def run(self) -> int:
+        threading.Thread(target=self._input_loop, name="engine-core-input", daemon=True).start()
+        threading.Thread(target=self._output_loop, name="engine-core-output", daemon=True).start()
+        last_stats = last_trim = time.monotonic()
+        active = False
+        try:
+            while True:
+                if not self._admit(block=not self.engine.has_unfinished()):
+                    return 0
+                if self.engine.has_unfinished():
+                    self._send_outputs(self.engine.step_core())
+                    active = True
+                now = time.monotonic()
+                idle = not self.engine.has_unfinished()
+                # the stats double as a heartbeat: at least once a second, even with nothing to run
+                if (active and (idle or now - last_stats >= self.stats_interval_s)) or now - last_stats >= 1.0:
+                    self.outputs.put(("broadcast", ["stats", _scalar_stats(self.engine.stats())]))
+                    last_stats, active = now, not idle
+                if now - last_trim >= self.trim_interval_s:
+                    malloc_trim()   # hand freed pages back to the OS (a few ms, twice a minute)
+                    last_trim = now
+        except BaseException as exc:  # noqa: BLE001 - every client must hear that the core died
+            if isinstance(exc, KeyboardInterrupt):
+                message = "engine core stopped"
+            else:
+                message = f"engine core step failed: {type(exc).__name__}: {exc}"
+                traceback.print_exc()
+            self.outputs.put(("broadcast", ["dead", message]))
+            self.outputs.put(_SHUTDOWN)
+            time.sleep(0.2)   # let the output thread send it
+            return 0 if isinstance(exc, KeyboardInterrupt) else 1
+        finally:
+            self.outputs.put(_SHUTDOWN)
+
+    def _admit(self, *, block: bool) -> bool:
+        """Move prepared requests and aborts into the engine; False once told to shut down."""
+        try:
+            item = self.inputs.get(timeout=1.0) if block else self.inputs.get_nowait()
+        except queue.Empty:
+            return True
+        while True:
+            kind = item[0]
+            if kind == "add":
+                _, identity, seq = item
+                self.owners[seq.request_id] = identity
+                try:
+                    self.engine.enqueue(seq, output_kind=None)
+                except InvalidRequestError as exc:
+                    self.owners.pop(seq.request_id, None)
+                    self.outputs.put(("send", identity, ["err", seq.request_id, str(exc)]))
+            elif kind == "abort":
+                for request_id in item[1]:
+                    self.owners.pop(request_id, None)
+                    self.engine.abort(request_id, item[2])
+            elif kind == "shutdown":
+                return False
+            try:
+                item = self.inputs.get_nowait()
+            except queue.Empty:
+                return True
+
+    def _send_outputs(self, outputs: list[Any]) -> None:
+        by_client: dict[bytes, list[Any]] = defaultdict(list)
+        for out in outputs:
+            identity = self.owners.get(out.request_id)
+            if identity is None:
+                continue
+            if out.finished:
+                del self.owners[out.request_id]
+            by_client[identity].append(out)
+        for identity, batch in by_client.items():
+            self.outputs.put(("outputs", identity, batch))
+
+    # ---- the input thread ------------------------------------------------------------------------
+
+    def _input_loop(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.input_socket, zmq.POLLIN)
+        while True:
+            if not poller.poll(1000):
+                if self._parent is not None and os.getppid() != self._parent:   # our API process is gone
+                    self.inputs.put(("shutdown",))
+                    return
+                continue
+            identity, payload = self.input_socket.recv_multipart()
+            message = unpack(payload)
+            kind = message[0]
+            if kind == "add":
+                self._prepare(identity, message)
+            elif kind == "abort":
+                self.inputs.put(("abort", message[1], message[2]))
+            elif kind == "hello":
+                self.outputs.put(("connect", identity, message[1]))
+                self.outputs.put(("send", identity, ["info", self.info]))
+            elif kind == "shutdown":
+                self.inputs.put(("shutdown",))
+                return
+
+    def _prepare(self, identity: bytes, message: list[Any]) -> None:
+        _, request_id, prompt_token_ids, params, intent, cache_salt = message
+        try:
+            seq = self.engine.prepare_request(request_id, prompt_token_ids, params_from_wire(params),
+                                              intent=intent, cache_salt=cache_salt)
+        except (InvalidRequestError, TypeError) as exc:   # TypeError: unknown sampling parameter names
+            self.outputs.put(("send", identity, ["err", request_id, str(exc)]))
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug in preparing one request fails that request, not the core
+            logger.exception("preparing request %s failed", request_id)
+            self.outputs.put(("send", identity, ["fail", request_id, f"{type(exc).__name__}: {exc}"]))
+            return
+        self.inputs.put(("add", identity, seq))
+
+    # ---- the output thread -----------------------------------------------------------------------
+
+    def _output_loop(self) -> None:
+        clients: dict[bytes, zmq.Socket] = {}
+        while True:
+            item = self.outputs.get()
+            if item is _SHUTDOWN:
+                break
+            kind = item[0]
+            if kind == "connect":
+                _, identity, address = item
+                if identity in clients:   # the client says hello again (it reconnects): a fresh socket
+                    clients.pop(identity).close()
+                socket = self.context.socket(zmq.PUSH)
+                socket.setsockopt(zmq.LINGER, 1000)
+                socket.connect(address)
+                clients[identity] = socket
+            elif kind == "outputs":
+                socket = clients.get(item[1])
+                if socket is not None:
+                    socket.send(_pack_outputs(item[2]))
+            elif kind == "send":
+                socket = clients.get(item[1])
+                if socket is not None:
+                    socket.send(pack(item[2]))
+            elif kind == "broadcast":
+                payload = pack(item[1])
+                for socket in clients.values():
+                    socket.send(payload)
+        for socket in clients.values():
+            socket.close()
+
+
+def _pack_outputs(outputs: list[Any]) -> bytes:
+    """One step's deltas for one client. An output that cannot be encoded (a processor put something odd in
+    an event) fails its own request rather than this thread, which every client depends on."""
+    try:
+        return pack(["out", [output_to_wire(out) for out in outputs]])
+    except (TypeError, ValueError, OverflowError):
+        logger.exception("encoding a step's outputs failed")
+    wire = []
+    for out in outputs:
+        try:
+            pack(output_to_wire(out))
+            wire.append(output_to_wire(out))
+        except (TypeError, ValueError, OverflowError) as exc:
+            out.new_events, out.finish_reason = [], out.finish_reason or "abort"
+            wire.append(output_to_wire(out))
+            logger.error("request %s: output not encodable (%s)", out.request_id, exc)
+    return pack(["out", wire])
+
+
+def _scalar_stats(stats: dict[str, Any]) -> dict[str, Any]:
+    """What crosses the boundary: counters and gauges, not the latency lists behind them."""
+    return {name: value for name, value in stats.items()
+            if isinstance(value, int | float) or (isinstance(value, dict) and name == "finish_reasons")}

@@ -1,0 +1,60 @@
+"""The KG constraint's caches stay within their limits under traffic that keeps bringing new allowed sets and
+new decoding states, and a request whose view was dropped from the cache keeps decoding correctly."""
+
+from __future__ import annotations
+
+import torch
+
+from engine.sampling_params import SamplingParams
+from knowledge_graphs.decoding.constraint import KGConstraintProcessor
+from knowledge_graphs.decoding.constraint_masks import CacheLimits
+
+ALLOWED_SETS = [["drug:metformin"], ["drug:aspirin", "drug:warfarin"], ["drug:metoprolol", "condition:htn"],
+                ["drug:ibuprofen"], ["condition:t2d", "drug:metformin"]]
+
+
+def _params(allowed: list[str]) -> SamplingParams:
+    return SamplingParams(extra_args={"kg_constraint": {"domain": "medical", "allowed_entity_ids": allowed}})
+
+
+def _decode(processor: KGConstraintProcessor, tokenizer, request_id: str, text: str) -> list[list[float]]:
+    rows = []
+    for token_id in tokenizer.encode(text, add_special_tokens=False).ids:
+        logits = torch.zeros(1, tokenizer.get_vocab_size())
+        processor.apply(logits, [request_id])
+        rows.append(logits[0].tolist())
+        processor.accept_token(request_id, token_id)
+    return rows
+
+
+def test_views_and_masks_stay_within_their_limits(kg, tokenizer) -> None:
+    limits = CacheLimits(views=2, masks_per_view=16, shared_per_domain=32)
+    processor = KGConstraintProcessor(tokenizer, vocab_size=tokenizer.get_vocab_size(), eos_token_ids=[0],
+                                      kgs={"medical": kg}, limits=limits)
+    domain = processor.domains["medical"]
+    text = " Metformin, metoprolol and warfarin with aspirin for type 2 diabetes; ibuprofen later. " * 3
+    for i, allowed in enumerate(ALLOWED_SETS):
+        processor.prepare(_params(allowed))
+        processor.add_request(f"r{i}", _params(allowed), [1], [])
+        _decode(processor, tokenizer, f"r{i}", text)
+        processor.remove_request(f"r{i}")
+        assert domain.cached_views <= 2
+        assert len(domain.guard._shared) <= 32 and len(domain.guard._lazy_records) <= 32
+        for view in list(domain._views.values()):
+            assert len(view._masks) <= 16 and len(view._transitions) <= 16
+            assert len(view.allowed_nodes.walks) <= 17
+
+
+def test_a_request_outlives_the_eviction_of_its_view(kg, tokenizer) -> None:
+    text = " Metoprolol or metformin for diabetes and aspirin"
+    reference = KGConstraintProcessor(tokenizer, vocab_size=tokenizer.get_vocab_size(), eos_token_ids=[0],
+                                      kgs={"medical": kg})
+    reference.add_request("r", _params(ALLOWED_SETS[0]), [1], [])
+    expected = _decode(reference, tokenizer, "r", text)
+
+    processor = KGConstraintProcessor(tokenizer, vocab_size=tokenizer.get_vocab_size(), eos_token_ids=[0],
+                                      kgs={"medical": kg}, limits=CacheLimits(views=1, masks_per_view=16))
+    processor.add_request("r", _params(ALLOWED_SETS[0]), [1], [])
+    for other in ALLOWED_SETS[1:]:   # push its view out of the cache
+        processor.prepare(_params(other))
+    assert _decode(processor, tokenizer, "r", text) == expected

@@ -100,8 +100,11 @@ def _judge_date(doc: Document, seg: Segment, date: DateMention, span: tuple[int,
     if entity is None or not entity.attributes.get("year"):
         return None
     year = int(entity.attributes["year"])
-    claim_start = case.start if (not case.in_prompt and case.start >= clause[0] and span[0] - case.end <= 40) else \
-        _cue_start(doc, clause, span[0])
+    # "Obergefell v. Hodges was decided in 2015" is one claim; "Katz v. United States, 389 U.S. 347, decided in
+    # 1967" holds two (the citation and the year): the year's claim then starts at its cue, clear of the citation
+    gap = doc.text[case.end:span[0]]
+    claim_start = case.start if (not case.in_prompt and case.start >= clause[0] and len(gap) <= 40
+                                 and not re.search(r"\d", gap)) else _cue_start(doc, clause, span[0])
     claim_span = (claim_start, span[1] + (1 if doc.text[span[1]:span[1] + 1] == ")" else 0))
     text = doc.text[claim_span[0]:claim_span[1]]
     evidence = [kg_evidence(f"{entity.name} was decided in {year}", entity.provenance)]

@@ -1,0 +1,39 @@
+"""Classes of misses seen on chatbot-style answers (issue 19), each with new sentences of the class, against
+the shipped KGs as the service uses them. Never sentences of the blind sets."""
+
+import pytest
+
+from rules import verify
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kgs_load() -> None:
+    from knowledge_graphs import load_kg
+
+    for domain in ("finance", "legal", "medical"):
+        load_kg(domain)
+
+
+def claims_of(text: str, domain: str, kind: str) -> list[tuple[str, str]]:
+    return [(c.verdict, c.text) for c in verify(text, domain).claims if c.kind == kind]
+
+
+# -- a year stated after a citation is its own claim, clear of the citation (pattern 9) ----------------------
+@pytest.mark.parametrize(
+    ("text", "year_claim", "verdict"),
+    [
+        ("Terry v. Ohio, 392 U.S. 1, decided in 1970, allowed brief stops.", "decided in 1970", "contradicted"),
+        ("Gideon v. Wainwright, 372 U.S. 335, was handed down in 1963.", "handed down in 1963", "supported"),
+        ("Mapp v. Ohio, 367 U.S. 643, decided in 1951, concerned evidence.", "decided in 1951", "contradicted"),
+    ],
+)
+def test_a_year_after_a_citation_spans_the_year_not_the_citation(text: str, year_claim: str, verdict: str) -> None:
+    years = claims_of(text, "legal", "case_year")
+    assert years == [(verdict, year_claim)]
+    citations = claims_of(text, "legal", "case_citation")
+    assert citations and all(v == "supported" for v, _ in citations)
+
+
+def test_a_year_right_after_the_case_name_still_spans_the_name() -> None:
+    assert claims_of("Gideon v. Wainwright was decided in 1973.", "legal", "case_year") == [
+        ("contradicted", "Gideon v. Wainwright was decided in 1973")]

@@ -37,3 +37,30 @@ def test_a_year_after_a_citation_spans_the_year_not_the_citation(text: str, year
 def test_a_year_right_after_the_case_name_still_spans_the_name() -> None:
     assert claims_of("Gideon v. Wainwright was decided in 1973.", "legal", "case_year") == [
         ("contradicted", "Gideon v. Wainwright was decided in 1973")]
+
+
+# -- every condition of an indication list is a claim, spanned clear of the previous item's parenthetical ---
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Lisinopril is approved for hypertension and migraine.",
+         [("supported", "approved for hypertension"), ("contradicted", "migraine")]),
+        ("Lisinopril is approved for hypertension, heart failure and migraine.",
+         [("supported", "approved for hypertension"), ("supported", "heart failure"), ("contradicted", "migraine")]),
+        ("Sertraline is approved for major depressive disorder (in adults), and also for panic disorder.",
+         [("supported", "approved for major depressive disorder"), ("supported", "also for panic disorder")]),
+        ("Metformin is approved for type 2 diabetes (in adults and children 10 and older), and for hypertension.",
+         [("supported", "approved for type 2 diabetes"), ("contradicted", "for hypertension")]),
+    ],
+)
+def test_each_listed_indication_is_its_own_claim(text: str, expected: list[tuple[str, str]]) -> None:
+    assert claims_of(text, "medical", "indication") == expected
+
+
+@pytest.mark.parametrize("text", [
+    "Furosemide is approved for edema from heart failure or cirrhosis.",
+    "Furosemide treats edema associated with heart failure, cirrhosis and kidney disease.",
+    "Furosemide is used for edema due to cirrhosis and heart failure.",
+])
+def test_conditions_joined_to_a_cause_stay_modifiers(text: str) -> None:
+    assert [v for v, _ in claims_of(text, "medical", "indication")] == ["supported"]

@@ -54,7 +54,13 @@ _HEDGED_USE = re.compile(r"off[- ]label|\bsometimes\b|\bmay be used\b|\bcan be u
 _APPROVED_USES_HEADING = re.compile(r"\b(?:approved (?:uses|indications)|indicat(?:ed|ions)|is approved for|"
                                     r"approved for|is used for|treats)\b", re.I)
 # a condition named as the cause or setting of another ("edema from heart failure") is no indication itself
-_MODIFIER_BEFORE = re.compile(r"\b(?:from|due to|caused by|secondary to|associated with|related to|or|and)\s+$", re.I)
+_MODIFIER_BEFORE = re.compile(r"\b(?:from|due to|caused by|secondary to|associated with|related to)\s+$", re.I)
+# "edema from heart failure or kidney disease": an item joined to a modifier is a modifier too; joined to an
+# indication ("approved for hypertension and heart failure") it is an indication of its own
+_JOINED_BEFORE = re.compile(r"(?:,\s*|\s+)(?:(?:and|or)\s+)?$", re.I)
+# "edema due to cirrhosis and heart failure", where cirrhosis is no KG condition: still a list of causes
+_CAUSES_BEFORE = re.compile(r"\b(?:from|due to|caused by|secondary to|associated with|related to)\s+[\w\s,'-]{0,60}?"
+                            r"(?:,\s*|\s+)(?:and|or)\s+$", re.I)
 _SEVERITY = re.compile(r"\b(mild|moderate|severe|all stages|early|advanced)\b", re.I)
 _STANDALONE = re.compile(r"\b(?:on its own|alone|standalone|stand-alone|as monotherapy|by itself)\b", re.I)
 _ADJUNCT = re.compile(r"\b(?:add-on|adjunct\w*|in combination|added to)\b", re.I)
@@ -68,11 +74,22 @@ def indication(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
     closed_world = bool(params.get("closed_world_label_indications", True))
     findings: list[Finding] = []
     conditions = [m for m in doc.mentions(["condition"]) if not m.in_prompt]
-    for condition in conditions:
+    modifiers: set[int] = set()
+    for index, condition in enumerate(conditions):
         clause = doc.clause_of(condition.start)
         seg = doc.segment_of(condition.start)
         before = doc.text[clause[0]:condition.start]
         if _MODIFIER_BEFORE.search(before) and _condition_before(conditions, clause, condition):
+            modifiers.add(index)
+            continue
+        previous = index - 1
+        if index and clause[0] <= conditions[previous].start and _CAUSES_BEFORE.search(
+                doc.text[conditions[previous].end:condition.start]):
+            modifiers.add(index)
+            continue
+        if previous in modifiers and clause[0] <= conditions[previous].start and _JOINED_BEFORE.fullmatch(
+                doc.text[conditions[previous].end:condition.start]):
+            modifiers.add(index)
             continue
         cue = _cue(doc, condition, before, seg)
         if cue is None:
@@ -83,7 +100,9 @@ def indication(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
         kind, start = cue
         earlier = [m for m in conditions if start <= m.start and m.end <= condition.start]
         if earlier:      # "approved for asthma and also for COPD": each condition is its own claim
-            start = earlier[-1].end + len(re.match(r"[\s,;)]*(?:(?:and|or|as well as)\s+)?", doc.text[earlier[-1].end:]).group(0))
+            # past the earlier condition's own parenthetical ("bipolar disorder (manic episodes), and insomnia")
+            start = earlier[-1].end + len(re.match(r"[\s,;)]*(?:\([^()]{0,120}\)[\s,;]*)?(?:(?:and|or|as well as)\s+)?",
+                                                   doc.text[earlier[-1].end:]).group(0))
         span = (start, condition.end)
         if _outcome_of_indication(doc, conditions, condition, clause):
             continue

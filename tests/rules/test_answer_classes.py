@@ -64,3 +64,29 @@ def test_each_listed_indication_is_its_own_claim(text: str, expected: list[tuple
 ])
 def test_conditions_joined_to_a_cause_stay_modifiers(text: str) -> None:
     assert [v for v, _ in claims_of(text, "medical", "indication")] == ["supported"]
+
+
+# -- "only": an exclusive indication or contraindication is contradicted by any other the label lists -------
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("Lisinopril is approved only for hypertension.", "contradicted"),      # heart failure, MI too
+        ("Warfarin is contraindicated only in pregnancy.", "contradicted"),     # bleeding tendencies too
+        ("Lisinopril is approved for hypertension.", "supported"),
+        ("Warfarin is contraindicated in pregnancy.", "supported"),
+        ("Sumatriptan is approved only for migraine.", "supported"),
+    ],
+)
+def test_exclusive_relations(text: str, verdict: str) -> None:
+    assert [v for v, _ in claims_of(text, "medical", "indication") + claims_of(text, "medical", "contraindication")] \
+        == [verdict]
+
+
+def test_only_elsewhere_in_the_clause_is_no_exclusivity() -> None:
+    text = "Metformin is taken only once daily and is approved for type 2 diabetes."
+    assert claims_of(text, "medical", "indication") == [("supported", "approved for type 2 diabetes")]
+
+
+def test_only_allows_every_condition_its_sentence_names() -> None:
+    text = "Lisinopril is only approved for hypertension and, after a heart attack, for heart failure."
+    assert "contradicted" not in [v for v, _ in claims_of(text, "medical", "indication")]

@@ -108,12 +108,16 @@ def indication(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
             continue
         negated = bool(NEGATION.search(doc.text[start:condition.start])) or bool(
             re.search(r"\b(?:isn't|is not|aren't|not|never)\b[^.;,]{0,20}$", doc.text[clause[0]:start]))
+        # what the exclusive claim allows: every condition its sentence names ("only for X and, as Y, for Z")
+        named = {i for m in conditions if seg.start <= m.start < seg.end for i in m.entity_ids}
+        exclusive = not negated and _EXCLUSIVE.search(doc.text[max(clause[0], start - 25):condition.start]) is not None
         if kind == "contraindication":
             others = [m for m in conditions if clause[0] <= m.start < clause[1] and m is not condition]
             if _pair_facts(doc, drug, condition, "indicated_for") and any(
                     _pair_facts(doc, drug, other, "contraindicated_in") for other in others):
                 continue    # "contraindicated for migraine prevention in pregnant women": migraine qualifies
-            findings.append(_judge_contraindication(doc, drug, condition, span, asserted=not negated))
+            found = _judge_contraindication(doc, drug, condition, span, asserted=not negated)
+            findings.append(_exclusive(doc, drug, found, "contraindicated_in", named) if exclusive else found)
         elif kind == "safe":
             findings.append(_judge_contraindication(doc, drug, condition, span, asserted=False))
         elif kind == "offlabel":
@@ -121,9 +125,30 @@ def indication(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
                 kind="rule", description="a hedged or off-label use is not a claim about the label's indications")],
                 subject=labelled_drug_ids(doc, drug)[0]))
         else:
-            findings.append(_judge_indication(doc, drug, condition, span, negated, closed_world,
-                                              doc.text[clause[0]:clause[1]]))
+            found = _judge_indication(doc, drug, condition, span, negated, closed_world, doc.text[clause[0]:clause[1]])
+            findings.append(_exclusive(doc, drug, found, "indicated_for", named) if exclusive else found)
     return findings
+
+
+# "contraindicated only in X", "approved only for X", "its only indication is X": the claim excludes the rest
+_EXCLUSIVE = re.compile(r"(?<!\bnot )\bonly\b(?!\s+(?:if|when|after|once|under)\b)(?=[^.;]*$)|\b(?:sole|single|one)\s+"
+                        r"(?:labell?ed\s+|approved\s+)?(?:indication|contraindication|approved use|use)\b", re.I)
+
+
+def _exclusive(doc: Document, drug: Mention, found: Finding, relation: str, named: set[str]) -> Finding:
+    """An exclusive claim holds only when the label lists nothing of the relation beyond what the clause
+    names: another labelled condition contradicts it, whatever the verdict on the named one."""
+    if found.verdict == "contradicted":
+        return found
+    others = [f for f in facts_of(doc, labelled_drug_ids(doc, drug), relation) if f.object not in named]
+    if not others:
+        return found
+    listed = ", ".join(sorted({_name(doc.kg, f.object) for f in others})[:6])  # type: ignore[arg-type]
+    what = "contraindications" if relation == "contraindicated_in" else "indications"
+    return Finding(found.text, found.span, found.kind, "contradicted", 0.8, [*found.evidence, kg_evidence(
+        f"the label also lists as {what} of {drug.text}: {listed}", others[0].provenance), Evidence(
+        kind="rule", description=f"the text says 'only'; the label's {what} are not limited to what it names")],
+        subject=found.subject)
 
 
 _RISK_OF = re.compile(r"\b(?:risk of|prevent\w*(?: of)?|reduc\w* (?:the )?(?:risk|incidence|chance) of)\s+$", re.I)

@@ -1,58 +1,32 @@
-"""Claim extraction primitives: sentences with character spans, and the per-call `Document` validators read.
+"""The per-call `Document` validators read: the text's structure, its numbers and its entity mentions.
 
-A validator finds its own kind of checkable claim (an identifier, a dose, a citation) inside these
-sentences; the document caches what several validators share (KG mentions, money amounts, dates).
+Validators find their own kind of checkable claim (an identifier, a dose, a citation) in the document's
+segments (sentences, list items, table rows, "Label: value" lines; `rules.extraction.structure`) and ask
+the document for the subject a value belongs to (`antecedent`, `rules.extraction.coreference`). The
+document caches what several validators share (KG mentions, the numeric view of the text, findings).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Collection
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from knowledge_graphs.model import KnowledgeGraph
+from rules.extraction.coreference import find_antecedent
+from rules.extraction.numbers import NumericView, numeric_view
+from rules.extraction.structure import (
+    ABBREVIATIONS,
+    Cell,
+    Segment,
+    Sentence,
+    clauses,
+    segment,
+    split_sentences,
+)
 from rules.mentions import Mention, mention_finder
 
-# Tokens after which a period does not end a sentence (legal and medical writing is full of them).
-ABBREVIATIONS = frozenset(
-    """v vs u.s e.g i.e etc inc co corp ltd no nos cir supp app fed r civ p evid crim stat dr mr mrs ms st
-    jr sr art sec ch cl pl ed eds rev cal n.y s.d.n.y d.d.c f l so s.ct ct pub reg approx al
-    jan feb mar apr jun jul aug sep sept oct nov dec fig vol pp u.s.c c.f.r""".split()
-)
-_BOUNDARY = re.compile(r"[.!?]+[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
-
-
-@dataclass(frozen=True, slots=True)
-class Sentence:
-    start: int
-    end: int
-    text: str
-
-
-def split_sentences(text: str) -> list[Sentence]:
-    """Split on sentence-final punctuation, but not after abbreviations, initials or citation tokens."""
-    sentences: list[Sentence] = []
-    start = 0
-    for match in _BOUNDARY.finditer(text):
-        before = text[start:match.start()].rsplit(None, 1)
-        last_token = before[-1].strip("\"'([") if before else ""
-        bare = last_token.casefold()
-        if bare in ABBREVIATIONS or re.fullmatch(r"[A-Z]|([A-Za-z]+\.)+[A-Za-z]*|§+", last_token):
-            continue  # "v." / "U.S." / "F.3d." / "J." -- an abbreviation, keep going
-        _append(sentences, text, start, match.start() + len(match.group(0).rstrip()))
-        start = match.end()
-    _append(sentences, text, start, len(text))
-    return sentences
-
-
-def _append(sentences: list[Sentence], text: str, start: int, end: int) -> None:
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    if end > start:
-        sentences.append(Sentence(start, end, text[start:end]))
+__all__ = ["ABBREVIATIONS", "Cell", "Document", "Segment", "Sentence", "split_sentences"]
 
 
 @dataclass
@@ -63,12 +37,23 @@ class Document:
     domain: str
     kg: KnowledgeGraph | None
     prompt: str | None = None
-    sentences: list[Sentence] = field(init=False)
+    sentences: list[Segment] = field(init=False)      # segments: sentences, list items, table rows, lines
     _mentions: dict[frozenset[str], list[Mention]] = field(init=False, default_factory=dict)
+    _prompt_mentions: dict[frozenset[str], list[Mention]] = field(init=False, default_factory=dict)
+    _clauses: dict[int, list[tuple[int, int]]] = field(init=False, default_factory=dict)
     cache: dict[str, Any] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.sentences = split_sentences(self.text)
+        self.sentences = segment(self.text)
+
+    @property
+    def segments(self) -> list[Segment]:
+        return self.sentences
+
+    @property
+    def view(self) -> NumericView:
+        """The text with numbers in words written as digits (offsets map back with `view.span`)."""
+        return numeric_view(self.text)
 
     def mentions(self, types: Collection[str]) -> list[Mention]:
         """KG entity mentions of the given types over the whole text (empty without a KG)."""
@@ -77,11 +62,38 @@ class Document:
             self._mentions[key] = mention_finder(self.kg).find(self.text, key) if self.kg is not None else []
         return self._mentions[key]
 
-    def sentence_of(self, offset: int) -> Sentence:
+    def prompt_mentions(self, types: Collection[str]) -> list[Mention]:
+        """Mentions in the question (offsets into the prompt, not the text)."""
+        key = frozenset(types)
+        if key not in self._prompt_mentions:
+            found = mention_finder(self.kg).find(self.prompt, key) if self.kg is not None and self.prompt else []
+            self._prompt_mentions[key] = [replace(m, in_prompt=True) for m in found]
+        return self._prompt_mentions[key]
+
+    def sentence_of(self, offset: int) -> Segment:
         for sentence in self.sentences:
             if sentence.start <= offset < sentence.end:
                 return sentence
-        return Sentence(0, len(self.text), self.text)
+        before = [s for s in self.sentences if s.start <= offset]
+        return before[-1] if before else Segment(0, len(self.text), self.text)
 
-    def mentions_in(self, sentence: Sentence, types: Collection[str]) -> list[Mention]:
-        return [m for m in self.mentions(types) if sentence.start <= m.start and m.end <= sentence.end]
+    segment_of = sentence_of
+
+    def clauses(self, seg: Segment) -> list[tuple[int, int]]:
+        if seg.start not in self._clauses:
+            self._clauses[seg.start] = clauses(seg)
+        return self._clauses[seg.start]
+
+    def clause_of(self, offset: int) -> tuple[int, int]:
+        seg = self.sentence_of(offset)
+        return next((c for c in self.clauses(seg) if c[0] <= offset < c[1]), (seg.start, seg.end))
+
+    def mentions_in(self, span: Segment | tuple[int, int], types: Collection[str]) -> list[Mention]:
+        start, end = (span.start, span.end) if isinstance(span, Segment) else span
+        return [m for m in self.mentions(types) if start <= m.start and m.end <= end]
+
+    def antecedent(self, position: int, types: Collection[str], *,
+                   accept: Callable[[Mention], bool] | None = None) -> Mention | None:
+        """The mention a value at `position` is about: the nearest compatible one in its clause, then its
+        row or label, then earlier clauses and segments, then the question (`find_antecedent`)."""
+        return find_antecedent(self, position, types, accept=accept)

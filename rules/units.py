@@ -18,30 +18,45 @@ _UNIT_ALIASES: dict[str, str] = {
 }
 _NUMBER = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
 DOSE = re.compile(
-    rf"(?:(?P<low>{_NUMBER})\s*(?:-|–|to)\s*)?(?P<value>{_NUMBER})\s*"
+    rf"(?:(?:between|from)\s+)?(?:(?P<low>{_NUMBER})\s*(?:-|–|to|or|and)\s*)?(?P<value>{_NUMBER})\s*"
     r"(?P<unit>mg/kg|micrograms?|milligrams?|grams?|mcg|µg|μg|ug|mg|gm|g|units?|IU)(?![A-Za-z])",
     re.IGNORECASE,
 )
 _TIMES = {"once": 1, "twice": 2, "thrice": 3, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
+_LEAD = (r"^\W{0,3}(?:(?:by mouth|orally|po|iv|intravenously|with (?:food|meals?|breakfast|water)|for [\w\s]{1,20}?|"
+         r"of [A-Z][\w-]*(?:\s*\([\w\s-]+\))?)[,\s]+)?")
 _FREQUENCIES: list[tuple[re.Pattern[str], int | None]] = [
-    (re.compile(r"^\W{0,3}(?:by mouth |orally |po |iv |intravenously )?(?:once|1 time|one time)s? (?:daily|a day|per day|each day|every day)", re.I), 1),
-    (re.compile(r"^\W{0,3}(?:by mouth |orally |po )?(?:twice|2 times|two times) (?:daily|a day|per day|each day)|^\W{0,3}(?:b\.?i\.?d\.?)\b", re.I), 2),
-    (re.compile(r"^\W{0,3}(?:by mouth |orally |po )?(?:three times|3 times|thrice) (?:daily|a day|per day|each day)|^\W{0,3}t\.?i\.?d\.?\b", re.I), 3),
-    (re.compile(r"^\W{0,3}(?:by mouth |orally |po )?(?:four times|4 times) (?:daily|a day|per day|each day)|^\W{0,3}q\.?i\.?d\.?\b", re.I), 4),
-    (re.compile(r"^\W{0,3}(?:by mouth |orally |po )?(?:daily|a day|per day|/day|/ day|each day|every day|q\.?d\.?\b|"
-                r"in (?:divided|\d+) doses|(?:in|per|every|within|over) (?:any |a )?24[- ]?h(?:ours?|r)?|/24 ?h)", re.I), 1),
+    (re.compile(_LEAD + r"(?:once|1 time|one time)s? (?:daily|a day|per day|each day|every day|each morning|every morning|"
+                r"each evening|every evening|a night|nightly|at bedtime)", re.I), 1),
+    (re.compile(_LEAD + r"(?:twice|2 times|two times) (?:daily|a day|per day|each day)|^\W{0,3}(?:b\.?i\.?d\.?)\b", re.I), 2),
+    (re.compile(_LEAD + r"(?:three times|3 times|thrice) (?:daily|a day|per day|each day)|^\W{0,3}t\.?i\.?d\.?\b", re.I), 3),
+    (re.compile(_LEAD + r"(?:four times|4 times) (?:daily|a day|per day|each day)|^\W{0,3}q\.?i\.?d\.?\b", re.I), 4),
+    (re.compile(_LEAD + r"(?:daily|a day|per day|/ ?day|/d\b|each day|every day|q\.?d\.?\b|each morning|every morning|"
+                r"in the morning|each evening|every evening|at bedtime|nightly|a night|per night|"
+                r"in (?:divided|\d+) doses|(?:in|per|every|within|over) (?:any |a |one )?24[- ]?h(?:ours?|r|rs)?(?: period)?|"
+                r"/ ?24 ?h)", re.I), 1),
 ]
-_N_TIMES = re.compile(r"^\W{0,3}(?:by mouth |orally |po )?(?P<n>\d+|one|two|three|four|five|six|seven|eight|nine|ten) times? "
+_N_TIMES = re.compile(_LEAD + r"(?P<n>\d+|one|two|three|four|five|six|seven|eight|nine|ten) times? "
                       r"(?:daily|a day|per day|each day|every day)", re.I)
 _NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}
-_EVERY_HOURS = re.compile(r"^\W{0,3}(?:by mouth |orally |po )?(?:every (?P<h1>\d+)(?:\s*(?:-|to)\s*(?P<h2>\d+))? ?h(?:ou)?rs?|q(?P<h3>\d+)h)", re.I)
-_PER_DOSE = re.compile(r"^\W{0,3}(?:per dose|as a single dose|at a time|in a single dose)", re.I)
+_EVERY_HOURS = re.compile(_LEAD + r"(?:every (?P<h1>\d+)(?:\s*(?:-|to)\s*(?P<h2>\d+))? ?h(?:ou)?rs?|q(?P<h3>\d+)h)", re.I)
+_PER_DOSE = re.compile(r"^\W{0,3}(?:per dose|as a single dose|at a time|in a single dose|at once)", re.I)
+# a maximum stated before the amount ("capped at", "no more than", "the ceiling is the same") ...
 _MAXIMUM_BEFORE = re.compile(
-    r"(?:max(?:imum|\.)?|highest|not (?:to )?exceed|no more than|up to|limit(?:ed)? (?:of|to)|ceiling of|cap(?:ped)? at)"
-    r"[^.;]{0,60}$", re.I,
+    r"(?:\bmax(?:imum|\.)?\b|highest|exceed|no more than|not more than|up to|limit(?:s|ed)?\b|ceiling|"
+    r"\bcaps?\b|capped|tops? out|go above|go over|above|no higher than|at most|upper limit)"
+    r"[^.;,]{0,50}$", re.I,
 )
+# ... or after it ("60 mg/day ceiling", "15 mg/day max", "60 mg being the maximum", "the 4 g limit")
+_MAXIMUM_AFTER = re.compile(r"^\W{0,3}(?:(?:is|being|as) (?:the |its )?)?(?:max(?:imum)?|ceiling|cap|limit|at most)\b", re.I)
+# "up to twice a day at 100 mg each": the frequency stated before the amount
+_FREQUENCY_BEFORE = re.compile(r"\b(?P<n>once|twice|three times|four times|\d+ times) (?:a|per|each) day(?: at| of)?\s*$", re.I)
 _SINGLE_BEFORE = re.compile(r"(?:single|per) dose[^.;]{0,40}$", re.I)
 _DAILY_BEFORE = re.compile(r"(?:daily|per day|a day|/day|24[- ]hours?)\b[^.;]{0,80}$", re.I)
+# "two 500 mg tablets", "one 10 mg tablet": a count of units of a strength
+_UNIT_FORM = re.compile(r"^\s*(?:[A-Za-z-]+\s+){0,2}?(?:tablets?|capsules?|caplets?|pills?|softgels?|patch(?:es)?)\b", re.I)
+_COUNT_BEFORE = re.compile(r"\b(?:(?P<low>\d+|one|two|three|four|five)\s+(?:or|to)\s+)?(?P<count>\d+|one|two|three|four|five|six)"
+                           r"\s+(?:of (?:the )?)?$", re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +68,11 @@ class Dose:
     times_per_day: float | None   # None when the frequency is not stated
     per: str | None               # "day" (frequency known) | "dose" (explicitly one dose) | None
     is_maximum: bool              # stated as a maximum ("maximum daily dose is ...", "do not exceed ...")
+    low: float | None = None      # lower end of a range ("10 to 40 mg"), in `unit`
+    count: float = 1.0            # units of this strength per dose ("two 500 mg tablets")
+    # The mildest reading of directions given as ranges ("1 or 2 tablets every 4 to 6 hours"): the smaller count
+    # at the longer interval, per day in the base unit; None when the directions are no range.
+    mildest_daily: float | None = None
 
     @property
     def family(self) -> str:
@@ -68,7 +88,7 @@ class Dose:
         """Amount per day in the base unit, when the text says enough to compute it."""
         if self.per != "day" or self.times_per_day is None:
             return None
-        return self.in_base_unit() * self.times_per_day
+        return self.in_base_unit() * self.count * self.times_per_day
 
 
 def parse_number(text: str) -> float:
@@ -88,21 +108,48 @@ def to_base(value: float, unit: str) -> tuple[float, str]:
 
 
 def find_doses(sentence: str) -> list[Dose]:
+    """Amounts with units in `sentence` (digits; see `rules.extraction.numbers` for words), with the
+    frequency after them, whether they are stated as a maximum, and the count of tablets of a strength."""
     doses: list[Dose] = []
     for match in DOSE.finditer(sentence):
         unit = normalise_unit(match.group("unit"))
         value = parse_number(match.group("value"))
-        after = sentence[match.end():match.end() + 60]
+        low = parse_number(match.group("low")) if match.group("low") else None
+        end = match.end()
         before = sentence[max(0, match.start() - 80):match.start()]
+        count = count_low = 1.0
+        form = _UNIT_FORM.match(sentence[end:end + 40])
+        if form:       # "two 500 mg tablets three times": the strength of a unit, counted
+            counted = _COUNT_BEFORE.search(before)
+            if counted:
+                count = _count(counted.group("count"))
+                count_low = _count(counted.group("low")) if counted.group("low") else count
+            end += form.end()
+        after = sentence[end:end + 60]
         times, per, consumed = _frequency(after)
-        is_maximum = bool(_MAXIMUM_BEFORE.search(before))
+        interval = _EVERY_HOURS.match(after[:consumed]) if per == "day" else None
+        longest = float(interval.group("h2")) if interval and interval.group("h2") else None
+        mildest = None
+        if longest is not None or count_low != count:
+            hours = longest or 24.0 / (times or 1.0)
+            mildest = (low if low is not None else value) * MASS_TO_MG.get(unit, 1.0) * count_low * 24.0 / hours
+        if per is None and (stated_before := _FREQUENCY_BEFORE.search(before)):
+            word = stated_before.group("n").split()[0].casefold()
+            times, per = float(_TIMES.get(word) or int(word)), "day"
+            if re.match(r"^\s*each\b", after):
+                consumed = len(re.match(r"^\s*each\b", after).group(0))  # type: ignore[union-attr]
+        is_maximum = bool(_MAXIMUM_BEFORE.search(before)) or bool(_MAXIMUM_AFTER.match(sentence[end + consumed:end + consumed + 40]))
         if per is None:
             if _SINGLE_BEFORE.search(before):
                 per = "dose"
             elif _DAILY_BEFORE.search(before):
                 times, per = 1.0, "day"   # "the maximum daily dose is 4 g"
-        doses.append(Dose(match.start(), match.end() + consumed, value, unit, times, per, is_maximum))
+        doses.append(Dose(match.start(), end + consumed, value, unit, times, per, is_maximum, low, count, mildest))
     return doses
+
+
+def _count(word: str) -> float:
+    return float(_NUMBER_WORDS.get(word.casefold()) or int(word))
 
 
 def _frequency(after: str) -> tuple[float | None, str | None, int]:

@@ -40,7 +40,8 @@ def build(data_dir: Path) -> DomainData:
     out = DomainData(data_version=f"{manifest.version};{package_versions(PYCOUNTRY)}")
     out.entities += country_entities(manifest)
     out.entities += currency_entities(manifest)
-    for filename in ("country_aliases.yaml", "regulations.yaml", "identifier_types.yaml"):
+    for filename in ("country_aliases.yaml", "currency_aliases.yaml", "withdrawn_currencies.yaml", "regulations.yaml",
+                     "identifier_types.yaml"):
         entities, facts = load_generic(folder / filename, manifest)
         out.entities += entities
         out.facts += facts

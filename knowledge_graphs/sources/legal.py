@@ -45,9 +45,10 @@ def build(data_dir: Path) -> DomainData:
     entities, facts = case_data(folder / "cases.yaml", manifest, reporters, courts)
     out.entities += entities
     out.facts += facts
-    statutes, statute_facts = load_generic(folder / "statutes.yaml", manifest)
-    out.entities += statutes
-    out.facts += statute_facts
+    for filename in ("statutes.yaml", "statute_facts.yaml", "gdpr.yaml"):
+        statutes, statute_facts = load_generic(folder / filename, manifest)
+        out.entities += statutes
+        out.facts += statute_facts
     entities, facts = fabricated_data(folder / "fabricated.yaml", manifest, {e.id for e in out.entities if e.type == "case"})
     out.entities += entities
     out.facts += facts
@@ -139,10 +140,13 @@ def case_data(path: Path, manifest: Manifest, reporters: set[str], courts: set[s
         if case_id in seen:
             raise CuratedDataError(f"{where}: duplicate case id {case_id}; give one of them a 'slug'")
         seen.add(case_id)
-        entity, case_facts = case_record(case_id, rec["name"], list(rec.get("aliases") or []), rec["citation"],
-                                         int(rec["year"]), rec["court"], provenance)
+        short_names = [str(n) for n in rec.get("short_names") or []]     # curated: match only when capitalised
+        entity, case_facts = case_record(case_id, rec["name"], list(rec.get("aliases") or []) + short_names,
+                                         rec["citation"], int(rec["year"]), rec["court"], provenance,
+                                         {"short_names": short_names} if short_names else None)
         entities.append(entity)
         facts += case_facts
+    _add_short_names(entities)
     return entities, facts
 
 
@@ -160,6 +164,34 @@ def case_record(case_id: str, name: str, aliases: list[str], citation: str, year
              provenance=provenance),
         Fact(case_id, "decided_in_year", value=year, provenance=provenance),
     ]
+
+
+# Parties that never name a case on their own ("United States v. Nixon" is not "United").
+_GENERIC_PARTIES = frozenset("""united states state people commonwealth city county district columbia new york texas
+    california virginia ohio maryland washington arizona florida board national international american federal
+    sec fcc ftc epa students trustees regents president securities exchange commission department in re ex parte
+    matter inc co corp llc ltd the of bell""".split())
+
+
+def _add_short_names(entities: list[Entity]) -> None:
+    """Short names lawyers use for a case ("Gideon", "Twombly", "Palsgraf"): the first distinctive word of
+    either party, unless it is generic, an ordinary English word (wordfreq; "Loving", "Brown") or shared by
+    two cases. They match only when written with a capital (see `rules.mentions`)."""
+    from wordfreq import zipf_frequency
+
+    candidates: dict[str, list[Entity]] = {}
+    for entity in entities:
+        parties = re.split(r"\s+v\.?\s+", entity.name, maxsplit=1)
+        if len(parties) != 2:
+            continue
+        for party in parties:
+            words = [w for w in re.findall(r"[A-Za-z][A-Za-z'-]+", party) if w.casefold() not in _GENERIC_PARTIES]
+            if words and len(words[0]) > 3 and zipf_frequency(words[0], "en") < 3.5:
+                candidates.setdefault(words[0], []).append(entity)
+    for name, owners in candidates.items():
+        if len(owners) == 1 and name not in owners[0].aliases:
+            owners[0].aliases.append(name)
+            owners[0].attributes.setdefault("short_names", []).append(name)
 
 
 def fabricated_data(path: Path, manifest: Manifest, cases: set[str] | None = None) -> tuple[list[Entity], list[Fact]]:

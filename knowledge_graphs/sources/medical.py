@@ -11,6 +11,7 @@ from __future__ import annotations
 import bz2
 import importlib.util
 import pickle
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ LABEL_SECTIONS = {
     "contraindicated_in": "section 4 CONTRAINDICATIONS",
     "interacts_with": "section 4 CONTRAINDICATIONS / section 7 DRUG INTERACTIONS",
     "in_class": "Highlights: established pharmacologic class",
+    "has_brand": "section 11 DESCRIPTION / section 16 HOW SUPPLIED",
 }
 
 
@@ -63,7 +65,35 @@ def build(data_dir: Path) -> DomainData:
     out.facts += condition_code_facts(conditions.values(), known_codes)
     classes = {e.id for e in out.entities if e.type == "drug_class"}
     out.facts += label_facts(data_dir / "medical" / "labels.yaml", manifest, name_to_id, set(conditions), classes)
+    out.entities += brand_aliases(out.facts)
     return out
+
+
+def brand_aliases(facts: list[Fact]) -> list[Entity]:
+    """Curated brand names become aliases of the labelled drug ("Synthroid" -> levothyroxine, not the
+    dictionary's separate thyroxine entry), merged into the dictionary entity by id."""
+    by_drug: dict[str, list[str]] = {}
+    for fact in facts:
+        if fact.relation == "has_brand":
+            by_drug.setdefault(fact.subject, []).append(str(fact.value))
+    return [Entity(drug_id, "drug", names[0], names) for drug_id, names in by_drug.items()]
+
+
+_UPPER_TOKENS = frozenset({"XR", "XL", "SR", "ER", "CR", "IV", "OTC", "IB", "ODT", "LA", "DS"})
+_LABEL_BRANDS = re.compile(r"^(?P<names>[A-Z][A-Z0-9-]+(?:\s+(?:[A-Z0-9-]{2,}|/))*)\s*\(|\((?P<tail>[A-Z][A-Z0-9-]{2,})\)\s*$")
+
+
+def brands_in_label(label: str) -> list[str]:
+    """Brand names a label's title states: "GLUCOPHAGE / GLUCOPHAGE XR (metformin ...)" -> Glucophage,
+    Glucophage XR; "lovastatin tablets (MEVACOR)" -> Mevacor; a generic title ("prednisone tablets") -> none."""
+    found = _LABEL_BRANDS.search(label)
+    if not found:
+        return []
+    raw = found.group("names") or found.group("tail") or ""
+    return [" ".join(w if w in _UPPER_TOKENS else w.capitalize() if "-" not in w else
+                     "-".join(p if p in _UPPER_TOKENS else p.capitalize() for p in w.split("-"))
+                     for w in name.split())
+            for name in (part.strip() for part in raw.split("/")) if name]
 
 
 # -- package data -------------------------------------------------------------------------------------
@@ -222,18 +252,50 @@ class _LabelReader:
             self.add(Fact(subject, "in_class", self.ref("drug_class", slug, self.classes, where),
                           provenance=_section(label, "in_class")))
         for relation in ("indicated_for", "contraindicated_in"):
-            for slug in rec.get(relation) or []:
-                self.add(Fact(subject, relation, self.ref("condition", slug, self.conditions, where),
-                              provenance=_section(label, relation)))
+            for item in rec.get(relation) or []:
+                # a condition slug, or {condition, label?, section?, ...qualifiers} (severity, therapy, ...)
+                entry = item if isinstance(item, dict) else {"condition": item}
+                require(entry, ("condition",), where=f"{where} {relation}")
+                qualifiers = {k: v for k, v in entry.items() if k not in ("condition", "label", "section")}
+                self.add(Fact(subject, relation, self.ref("condition", entry["condition"], self.conditions, where),
+                              qualifiers=qualifiers, provenance=_section(label, relation, entry)))
+        explicit = {str(b.get("name", "")).casefold() for b in rec.get("brands") or [] if isinstance(b, dict)}
+        for name in brands_in_label(str(label.locator)):
+            if name.casefold() not in explicit:
+                self.facts.append(Fact(subject, "has_brand", value=name, provenance=_section(label, "has_brand")))
+        for brand in rec.get("brands") or []:
+            # {name, formulation?, salt?, setting?, indication?, label?}: what a brand name says about the product
+            inner = f"{where} brands {brand.get('name') if isinstance(brand, dict) else brand!r}"
+            if not isinstance(brand, dict):
+                raise CuratedDataError(f"{inner}: each brand must be a mapping with a name")
+            require(brand, ("name",), where=inner)
+            qualifiers = {k: v for k, v in brand.items() if k not in ("name", "label", "section")}
+            self.facts.append(Fact(subject, "has_brand", value=str(brand["name"]), qualifiers=qualifiers,
+                                   provenance=_section(label, "has_brand", brand)))
         for relation in ("max_daily_dose", "max_single_dose"):
             for dose in rec.get(relation) or []:
                 self.facts.append(_dose_fact(subject, relation, dose, label, f"{where} {relation}"))
+        for item in rec.get("no_interaction_with") or []:
+            # the label says the pair was studied and does not interact (e.g. levetiracetam and warfarin)
+            inner = f"{where} no_interaction_with {item.get('drug')!r}"
+            require(item, ("drug", "finding"), where=inner)
+            other = self.drug(item["drug"], inner)
+            provenance = _section(label, "interacts_with", item)
+            qualifiers = {"finding": str(item["finding"])}
+            self.add(Fact(subject, "no_interaction_with", other, qualifiers=qualifiers, provenance=provenance))
+            self.add(Fact(other, "no_interaction_with", subject, qualifiers=dict(qualifiers), provenance=provenance))
         for item in rec.get("interacts_with") or []:
-            inner = f"{where} interacts_with {item.get('drug')!r}"
-            require(item, ("drug", "severity", "effect"), where=inner)
+            inner = f"{where} interacts_with {item.get('drug') or item.get('class')!r}"
+            if item.get("class") and not item.get("drug"):
+                # a class-level partner the dictionary has no single drug for ("alcohol", "carbapenems")
+                require(item, ("class", "severity", "effect"), where=inner)
+                item = {**item, "drug": None}
+            else:
+                require(item, ("drug", "severity", "effect"), where=inner)
             if item["severity"] not in SEVERITIES:
                 raise CuratedDataError(f"{inner}: severity must be one of {sorted(SEVERITIES)}")
-            other = self.drug(item["drug"], inner)
+            other = (self.ref("drug_class", item["class"], self.classes, inner) if item["drug"] is None
+                     else self.drug(item["drug"], inner))
             qualifiers = {"severity": item["severity"], "effect": str(item["effect"])}
             provenance = _section(label, "interacts_with", item)
             # Interactions are symmetric: store both directions so either drug's facts() finds it.

@@ -21,7 +21,6 @@ from rules.mentions import Mention
 from rules.report import Evidence
 from rules.units import stated_date
 from rules.validators.base import Finding, kg_evidence, validator
-from rules.validators.finance import contrastive_clauses
 
 PARTY_TYPES = ("person", "organization", "vessel", "aircraft")
 LIST_TYPE = "sanctions_list"
@@ -43,7 +42,7 @@ def sanctions(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
     for sentence in doc.sentences:
         if not _CUE.search(sentence.text):
             continue
-        clauses = contrastive_clauses(sentence)
+        clauses = doc.clauses(sentence)   # polarity per clause: "X is sanctioned, but Y is not"
         claimed = stated_date(sentence.text) or (stated_date(doc.prompt) if doc.prompt else None)
         for party in _distinct(doc.mentions_in(sentence, PARTY_TYPES)):
             listings = [f for i in party.entity_ids for f in doc.kg.facts(i, "listed_on") if _is_list(doc.kg, f.object)]

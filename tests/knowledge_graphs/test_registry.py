@@ -44,7 +44,7 @@ def test_changing_one_curated_value_changes_the_version(finance_copy: Path):
     tweaked = build_kg("finance", finance_copy)
     assert tweaked.version != load_kg("finance").version
     sar = tweaked.facts("regulation:31-cfr-1020-320", "threshold")
-    assert [f.value for f in sar] == [5001]
+    assert 5001 in [f.value for f in sar] and 5000 not in [f.value for f in sar]
 
 
 def test_bumping_the_manifest_version_changes_the_kg_version(finance_copy: Path):

@@ -28,10 +28,12 @@ def test_json_output(tmp_path, capsys) -> None:
     assert main(["verify", "--domain", "legal", "--json", str(source)]) == 1   # the gate would block it
     out = json.loads(capsys.readouterr().out)
     assert set(out) >= {"claims", "citations", "fer", "citation_confidence", "joint_score", "versions"}
-    first = out["claims"][0]
+    first, year = out["claims"][0], out["claims"][1]
     assert set(first) >= {"text", "span", "kind", "verdict", "confidence", "evidence"}
-    assert first["verdict"] == "contradicted" and first["span"] == [0, 48]
-    assert out["fer"] == 0.5
+    # the citation is right, the year in its parenthetical is not: two claims
+    assert first["verdict"] == "supported" and first["span"] == [0, 41]
+    assert (year["kind"], year["verdict"], year["span"]) == ("case_year", "contradicted", [43, 47])
+    assert out["fer"] == pytest.approx(1 / 3)
 
 
 def test_table_output_from_stdin(monkeypatch, capsys) -> None:

@@ -14,12 +14,13 @@ def verdicts(text: str, kind: str | None = None) -> list[tuple[str, str]]:
 @pytest.mark.parametrize(
     ("text", "identifier", "verdict"),
     [
-        ("Apple's ISIN is US0378331005.", "US0378331005", "supported"),
+        ("Apple's ISIN is US0378331005.", "US0378331005", "unverifiable"),
         ("Apple's ISIN is US0378331006.", "US0378331006", "contradicted"),        # check digit changed
-        ("Microsoft's ISIN is US5949181045.", "US5949181045", "supported"),
+        ("Microsoft's ISIN is US5949181045.", "US5949181045", "unverifiable"),
         ("Apple Inc. has the LEI HWUPKR0MPOU8FGXBT394.", "HWUPKR0MPOU8FGXBT394", "supported"),
         ("Apple Inc. has the LEI HWUPKR0MPOU8FGXBT395.", "HWUPKR0MPOU8FGXBT395", "contradicted"),
-        ("Apple's CUSIP is 037833100.", "037833100", "supported"),
+        # a valid check digit says nothing about the issuer the text credits it to (no offline register)
+        ("Apple's CUSIP is 037833100.", "037833100", "unverifiable"),
         ("Apple's CUSIP is 037833101.", "037833101", "contradicted"),
         ("Pay to IBAN DE89 3704 0044 0532 0130 00.", "DE89 3704 0044 0532 0130 00", "supported"),
         ("Pay to IBAN GB82 WEST 1234 5698 7654 32.", "GB82 WEST 1234 5698 7654 32", "supported"),
@@ -105,19 +106,19 @@ def test_currency_code_claims(text: str, verdict: str) -> None:
 
 def test_polarity_is_per_clause() -> None:
     got = verdicts("Iran is on the FATF black list, but Germany is not.", "list_membership")
-    assert got == [("Iran", "supported"), ("Germany", "supported")]
+    assert got == [("Iran is on the FATF black list", "supported"), ("Germany is not", "supported")]
 
 
 def test_threshold_range_uses_the_lower_bound() -> None:
     # "$3,000 to $10,000": only the lower bound is the threshold being claimed
-    assert verdicts("A CTR is required for cash from $10,000 to $20,000.", "threshold") == [
-        ("CTR is required for cash from $10,000", "supported")]
+    # (the claim's span is the amount with its comparison, not the whole sentence)
+    assert verdicts("A CTR is required for cash from $10,000 to $20,000.", "threshold") == [("$10,000", "supported")]
 
 
 def test_prompt_supplies_the_date() -> None:
     # Bulgaria is on the February 2024 snapshot; a question about 2019 predates every snapshot
     answer = "Bulgaria is on the FATF grey list."
-    assert verdicts(answer, "list_membership") == [("Bulgaria", "supported")]
+    assert verdicts(answer, "list_membership") == [("Bulgaria is on the FATF grey list", "supported")]
     asked = verify(answer, "finance", kg=finance_kg(), prompt="Was Bulgaria grey-listed in 2019?")
     assert [c.verdict for c in asked.claims] == ["unverifiable"]
 

@@ -3,12 +3,20 @@
 import pytest
 
 from rules import verify
-from rules.validators.legal_citations import find_case_citations
+from rules.validators.legal.citation_parsing import find_case_citations
 from tests.rules.kgs import legal_kg
 
 
 def case_verdicts(text: str) -> list[str]:
-    return [c.verdict for c in verify(text, "legal", kg=legal_kg()).claims if c.kind == "case_citation"]
+    """One verdict per citation: its own, merged with the year in its parenthetical (a separate claim, so a
+    right citation with a wrong year is not blamed on the citation) -- contradicted if either is."""
+    claims = verify(text, "legal", kg=legal_kg()).claims
+    out = []
+    for claim in [c for c in claims if c.kind == "case_citation"]:
+        year = [c for c in claims if c.kind == "case_year" and claim.span[1] <= c.span[0] <= claim.span[1] + 12]
+        verdicts = {claim.verdict, *(c.verdict for c in year)}
+        out.append("contradicted" if "contradicted" in verdicts else claim.verdict)
+    return out
 
 
 @pytest.mark.parametrize(

@@ -31,12 +31,14 @@ def test_daily_amount(text: str, per_day_mg: float | None) -> None:
 @pytest.mark.parametrize(
     ("text", "verdict"),
     [
-        ("Metformin 500 mg twice daily is a common starting dose.", "supported"),
+        # a regimen below the labelled maximum: the maximum does not confirm a usual or starting dose
+        ("Metformin 500 mg twice daily is a common starting dose.", "unverifiable"),
+        ("Metformin 850 mg three times daily is the most a patient should take.", "supported"),  # 2550/day
         ("Metformin 1000 mg three times daily is appropriate.", "contradicted"),    # 3000 > 2550 mg/day
         ("The maximum daily dose of metformin is 2550 mg.", "supported"),
         ("The maximum daily dose of metformin is 3000 mg.", "contradicted"),
         ("The maximum daily dose of acetaminophen is 4 g.", "supported"),           # g -> mg
-        ("Levothyroxine 100 mcg once daily is typical.", "supported"),
+        ("Levothyroxine 100 mcg once daily is typical.", "unverifiable"),
         ("Levothyroxine 100 mg once daily is typical.", "contradicted"),            # unit slip: mg for mcg
         ("Lisinopril 40 mg once daily for children.", "unverifiable"),              # no pediatric fact
         ("Acetaminophen 2 g as a single dose.", "contradicted"),                    # above the 1 g single max
@@ -106,7 +108,7 @@ def test_code_given_for_a_described_condition_it_is_not() -> None:
 
 def test_prompt_supplies_the_population() -> None:
     # no pediatric maximum in the small KG: judged against the adult label it would be "supported"
-    text = "Lisinopril 20 mg once daily is appropriate."
+    text = "Lisinopril can be taken up to 80 mg once daily."
     assert [c.verdict for c in verify(text, "medical", kg=medical_kg()).claims] == ["supported"]
     asked = verify(text, "medical", kg=medical_kg(), prompt="What lisinopril dose is right for my child?")
     assert [c.verdict for c in asked.claims] == ["unverifiable"]

@@ -47,11 +47,14 @@ def test_report_scores_and_gate() -> None:
     text = ("Brown v. Board of Education, 347 U.S. 483 (1954), and Miranda v. Arizona, 384 U.S. 436 (1967), "
             "are landmarks; see also 42 U.S.C. § 9999.")
     report = verify(text, "legal", kg=legal_kg())
-    assert [c.verdict for c in report.claims] == ["supported", "contradicted", "unverifiable"]
-    assert report.fer == pytest.approx(0.5)
+    # each citation and the year in its parenthetical are two claims: Miranda's citation is right, its year wrong
+    assert [(c.kind, c.verdict) for c in report.claims] == [
+        ("case_citation", "supported"), ("case_year", "supported"), ("case_citation", "supported"),
+        ("case_year", "contradicted"), ("statute", "unverifiable")]
+    assert report.fer == pytest.approx(0.25)
     # Brown resolves and agrees (1), Miranda resolves but the year disagrees (0), the statute is unconfirmed (0.5)
     assert report.citation_confidence == pytest.approx(0.5)
-    assert report.joint_score == pytest.approx(0.25)
+    assert report.joint_score == pytest.approx(0.375)
     action = report.strongest_action()
     assert action is not None and action.on_fail == "block" and action.rule_id == "legal.citation.case"
     assert report.claims[action.claim_index].verdict == "contradicted"

@@ -115,12 +115,14 @@ def test_finding_14_the_sweeper_publishes_with_no_write_transaction_open(app_on,
 
 
 def test_finding_15_the_medical_validators_cache_is_bounded() -> None:
-    from rules.validators import medical
+    from rules.validators.medical import icd10, unknown_drug
 
-    cached = medical._content_words_cached
+    # every cache keyed by text a model wrote is bounded
+    assert unknown_drug._in_drug_dictionary.cache_info().maxsize is not None
+    cached = icd10.content_words
     assert cached.cache_info().maxsize is not None
     for i in range(cached.cache_info().maxsize + 500):
-        medical._content_words(f"unique sentence number {i} about metformin")
+        cached(f"unique sentence number {i} about metformin")
     assert cached.cache_info().currsize <= cached.cache_info().maxsize
 
 

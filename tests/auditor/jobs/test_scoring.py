@@ -123,8 +123,9 @@ def test_rules_evaluator_scores_a_finance_output_with_real_validators(sqlite_url
         pytest.skip(f"rules.verify not available yet: {exc}")
     database = Database(sqlite_url, chain_key=TEST_CHAIN_KEY)
     database.upgrade()
-    valid = append_output(database, "Apple's ISIN is US0378331005.")
-    invalid = append_output(database, "Apple's ISIN is US0378331006.")
+    # no issuer named: a valid check digit is all there is to judge (an issuer would make it unverifiable offline)
+    valid = append_output(database, "The ISIN US0378331005 is valid.")
+    invalid = append_output(database, "The ISIN US0378331006 is valid.")
     for record_id in (valid, invalid):
         assert scoring.score_record(database, evaluator, scoring.ScoreRequest(record_id)).status == "done"
     [good], [bad] = _evaluations(database, valid), _evaluations(database, invalid)

@@ -20,6 +20,8 @@ from auditor.trail.access_log import CliOperator
 from auditor.trail.models import TrailEvent
 from rules.packs import PACK_DIR
 
+BUNDLED = yaml.safe_load((PACK_DIR / "medical.yaml").read_text())["version"]   # the packaged medical pack
+
 
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
@@ -45,40 +47,40 @@ def test_new_content_activates_and_stale_files_do_not_switch_back(database: Data
     stale = tmp_path / "stale-machine"
     shutil.copytree(folder, stale)               # another machine keeps the old files
     first = StorePacks(database, directory=folder, refresh_s=0)
-    assert first.pack_for("medical") is not None and _active(database)["medical"] == "2026.12.1"
-    _bump(folder, "2026.12.2", drop="med.dose.max_daily")
+    assert first.pack_for("medical") is not None and _active(database)["medical"] == BUNDLED
+    _bump(folder, "test-2", drop="med.dose.max_daily")
     first.refresh()
-    assert _active(database)["medical"] == "2026.12.2"
+    assert _active(database)["medical"] == "test-2"
     other = StorePacks(database, directory=stale, refresh_s=0)   # starts from the old, known content
-    assert other.pack_for("medical").version == "2026.12.2"      # follows the store, does not reactivate its file
-    assert _active(database)["medical"] == "2026.12.2"
+    assert other.pack_for("medical").version == "test-2"      # follows the store, does not reactivate its file
+    assert _active(database)["medical"] == "test-2"
     results = {r.domain: r.outcome for r in registry.sync_from_dir(database, stale, actor=CliOperator(), force=True)}
-    assert results["medical"] == "activated" and _active(database)["medical"] == "2026.12.1"   # explicit reload
+    assert results["medical"] == "activated" and _active(database)["medical"] == BUNDLED   # explicit reload
     with database.engine.connect() as conn:
         events = conn.execute(select(TrailEvent.payload).where(TrailEvent.kind == "pack_activated",
                                                                TrailEvent.subject == "medical").order_by(TrailEvent.seq)).scalars().all()
-    assert [e["version"] for e in events] == ["2026.12.1", "2026.12.2", "2026.12.1"]
-    assert events[1]["previous"]["version"] == "2026.12.1"
+    assert [e["version"] for e in events] == [BUNDLED, "test-2", BUNDLED]
+    assert events[1]["previous"]["version"] == BUNDLED
 
 
 def test_every_process_follows_an_activation(database: Database, folder: Path) -> None:
     server, worker = (StorePacks(database, directory=folder, refresh_s=0, watch=False) for _ in range(2))
     registry.sync_from_dir(database, folder, actor=CliOperator(), force=False)
-    assert server.pack_for("medical").version == worker.pack_for("medical").version == "2026.12.1"
-    _bump(folder, "2026.12.3")
+    assert server.pack_for("medical").version == worker.pack_for("medical").version == BUNDLED
+    _bump(folder, "test-3")
     registry.sync_from_dir(database, folder, actor=CliOperator(), force=True)   # `auditor rules reload` elsewhere
-    assert server.pack_for("medical").version == worker.pack_for("medical").version == "2026.12.3"
-    ref = registry.activate(database, "medical", "2026.12.1", actor=CliOperator(), reason="roll back")
-    assert ref.version == "2026.12.1" and worker.pack_for("medical").version == "2026.12.1"
+    assert server.pack_for("medical").version == worker.pack_for("medical").version == "test-3"
+    ref = registry.activate(database, "medical", BUNDLED, actor=CliOperator(), reason="roll back")
+    assert ref.version == BUNDLED and worker.pack_for("medical").version == BUNDLED
     with pytest.raises(registry.PackNotFound):
         registry.activate(database, "medical", "no-such-version", actor=CliOperator(), reason=None)
 
 
 def test_a_broken_pack_file_keeps_the_active_pack(database: Database, folder: Path) -> None:
     packs = StorePacks(database, directory=folder, refresh_s=0)
-    assert packs.pack_for("medical").version == "2026.12.1"
+    assert packs.pack_for("medical").version == BUNDLED
     (folder / "medical.yaml").write_text("domain: medical\nversion: '9'\nrules:\n  - {id: bad}\n")
-    assert packs.pack_for("medical").version == "2026.12.1"
+    assert packs.pack_for("medical").version == BUNDLED
     outcome = {r.domain: r for r in registry.sync_from_dir(database, folder, actor=CliOperator(), force=True)}
     assert outcome["medical"].outcome == "invalid" and "rules[0]" in outcome["medical"].detail
 

@@ -23,7 +23,7 @@ from knowledge_graphs.model import Entity, KnowledgeGraph
 from rules.claims import Document
 from rules.report import Evidence, Resolution
 from rules.validators.base import CitationCheck, Finding, kg_evidence, package_source, validator
-from rules.validators.legal_citations import (
+from rules.validators.legal.citation_parsing import (
     CaseCitation,
     citation_key,
     edition_dates,
@@ -225,9 +225,76 @@ def case_citation(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
     index = case_index(doc.kg) if doc.kg is not None else None
     findings = []
     for citation in _citations(doc):
-        findings.append(_judge_case(doc, citation, index, reporter_courts, (first_years, last_years),
-                                    unknown_reporter_confidence))
+        finding = _judge_case(doc, citation, index, reporter_courts, (first_years, last_years), unknown_reporter_confidence)
+        findings += split_year(doc, citation, finding, index)
     return findings
+
+
+_YEAR_PROBLEM = re.compile(r"was decided in \d{4}, not \d{4}|decision cannot be reported there")
+
+
+def split_year(doc: Document, citation: CaseCitation, finding: Finding, index: CaseIndex | None) -> list[Finding]:
+    """The citation (name, volume, reporter, page) and the year in its parenthetical are two claims: "Miranda
+    v. Arizona, 384 U.S. 436 (1976)" cites the right case and gives the wrong year. The year claim is judged
+    against the case the text names (else the cited record); the citation keeps every other check."""
+    if citation.year is None or finding.kind != "case_citation":
+        return [finding]
+    found = re.search(r"\b" + str(citation.year) + r"\b", doc.text[citation.start:citation.end])
+    if found is None:
+        return [finding]
+    year_span = (citation.start + found.start(), citation.start + found.end())
+    paren = doc.text.rfind("(", citation.start, year_span[0])
+    cite_end = paren if paren > citation.start else year_span[0]
+    while cite_end > finding.span[0] and doc.text[cite_end - 1] in " ,":
+        cite_end -= 1
+    record = _year_record(doc, citation, index)
+    year_right = record is not None and record.attributes.get("year") is not None and int(record.attributes["year"]) == citation.year
+    # an edition that cannot hold a decision of that year: the year's fault when the year is wrong for the case
+    # named, the reporter's or volume's when it is right ("Gibbons v. Ogden, 22 F.2d 1 (1824)")
+    year_evidence = [e for e in finding.evidence if _YEAR_PROBLEM.search(e.description)
+                     and not (year_right and "cannot be reported" in e.description)]
+    other = [e for e in finding.evidence if e not in year_evidence]
+    if record is not None and record.attributes.get("year"):
+        holds = int(record.attributes["year"]) == citation.year
+        if not holds and finding.citation is not None:
+            # citation confidence: the cited record disagrees with the year the text attaches to it
+            finding.citation = CitationCheck("case", finding.citation.resolution, False)
+        year_finding = Finding(doc.text[year_span[0]:year_span[1]], year_span, "case_year",
+                               "supported" if holds else "contradicted", 0.9,
+                               [kg_evidence(f"{record.name} was decided in {record.attributes['year']}", record.provenance)],
+                               subject=record.id)
+    elif year_evidence:
+        year_finding = Finding(doc.text[year_span[0]:year_span[1]], year_span, "case_year", "contradicted", 0.9,
+                               year_evidence, subject=finding.subject)
+    else:
+        return [finding]
+    remaining = [e for e in other if "not found in courts-db" not in e.description]
+    if finding.verdict == "contradicted" and year_evidence and not remaining:
+        # the year was the only problem: the citation itself stands
+        finding.verdict = "supported" if record is not None else "unverifiable"
+        finding.confidence = 0.9 if record is not None else 0.5
+        finding.evidence = other or ([kg_evidence(f"{record.name}, {record.attributes.get('citation', '')}",
+                                                  record.provenance)] if record is not None else [])
+        if finding.citation is not None:
+            finding.citation = CitationCheck("case", "resolved" if record is not None else "unconfirmed", False)
+    finding.span = (finding.span[0], cite_end)
+    finding.text = doc.text[finding.span[0]:cite_end]
+    return [finding, year_finding]
+
+
+def _year_record(doc: Document, citation: CaseCitation, index: CaseIndex | None) -> Entity | None:
+    if index is None:
+        return None
+    if citation.case_name:
+        named = index.cases_named(citation.case_name)
+        if named:
+            return named[0]
+    return index.by_citation.get(citation.key)
+
+
+def case_citations(doc: Document) -> list[CaseCitation]:
+    """The document's case citations, found once and shared by the validators."""
+    return _citations(doc)
 
 
 def _citations(doc: Document) -> list[CaseCitation]:
@@ -536,59 +603,6 @@ def _statute_index(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> StatuteIn
 
 
 _CODE_NAMES = {"usc": "U.S.C.", "cfr": "C.F.R.", "frcp": "Fed. R. Civ. P.", "fre": "Fed. R. Evid."}
-
-
-@validator("legal.statute")
-def statute(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
-    """Statute and rule references resolve against the KG; a named act must match the section cited."""
-    index = _statute_index(id(doc.kg), doc.kg.version, doc.kg) if doc.kg is not None else None
-    findings: list[Finding] = []
-    for start, end, key, sub in statute_keys(doc.text):
-        text = doc.text[start:end]
-        span = (start, end)
-        record = index.resolve(key, sub) if index is not None else None
-        sentence = doc.sentence_of(start)
-        named = _named_statutes(doc, sentence, span)
-        if record is None:
-            wrong = [n for n in named if any(k[0] == key[0] and k[1] == key[1] for k in _keys_of(n))]
-            if wrong:
-                return_f = Finding(text, span, "statute", "contradicted", 0.85,
-                                   [kg_evidence(f"{wrong[0].name} is not {text}", wrong[0].provenance)],
-                                   subject=wrong[0].id, citation=CitationCheck("statute", "unconfirmed", False))
-                findings.append(return_f)
-                continue
-            findings.append(Finding(text, span, "statute", "unverifiable", 0.5,
-                                    [Evidence(kind="kg_fact", description=f"{text} is not in the KG's statute index")],
-                                    citation=CitationCheck("statute", "unconfirmed", None)))
-            continue
-        others = [n for n in named if n.id != record.id]
-        if others and len(statute_keys(sentence.text)) == 1:
-            findings.append(Finding(text, span, "statute", "contradicted", 0.85,
-                                    [kg_evidence(f"{text} is {record.name}; {others[0].name} is a different provision",
-                                                 record.provenance)],
-                                    subject=record.id, citation=CitationCheck("statute", "resolved", False)))
-            continue
-        description = record.attributes.get("title") or record.attributes.get("short_description") or ""
-        findings.append(Finding(text, span, "statute", "supported", 0.9,
-                                [kg_evidence(f"{record.name}: {description}".rstrip(": "), record.provenance)],
-                                subject=record.id, citation=CitationCheck("statute", "resolved", True)))
-    return findings
-
-
-def _named_statutes(doc: Document, sentence: Any, citation_span: tuple[int, int]) -> list[Entity]:
-    """Statutes named (not cited) in the sentence: alias mentions outside every citation span."""
-    if doc.kg is None:
-        return []
-    cited = [(sentence.start + s, sentence.start + e) for s, e, *_ in statute_keys(sentence.text)]
-    out: list[Entity] = []
-    for mention in doc.mentions_in(sentence, ["statute"]):
-        if any(s < mention.end and mention.start < e for s, e in cited) or re.search(r"\d", mention.text):
-            continue
-        for entity_id in mention.entity_ids:
-            entity = doc.kg.entity(entity_id)
-            if entity is not None and entity not in out:
-                out.append(entity)
-    return out
 
 
 def _keys_of(entity: Entity) -> list[tuple[str, str, str]]:

@@ -1,0 +1,343 @@
+"""`finance.thresholds`: reporting thresholds (CTR, SAR, Form 8300, CMIR, FBAR, travel rule, monetary
+instrument log, EU cash rules) stated for a regulation, and amounts compared with them.
+
+Each amount ("$10,000", "ten thousand dollars", "$15k", "€15,000") is either a threshold statement or a
+comparison. Its regulation is the one named in its clause, row, label or list heading, else the nearest
+one before it (coreference: "that line", "the threshold", "it"), else the question's. A family name
+("SAR", "CTR") is narrowed by the institution named with it: banks, money services businesses, casinos.
+
+- Threshold statements are checked for value and comparison: "more than $10,000" and "$10,000 or more"
+  are different rules, so the comparison the text states must be the regulation's ("CTR: $10,000 or more"
+  is contradicted). A range ("between $3,000 and $10,000") must match both ends.
+- Comparisons ("$12,500 is above that line", "$9,500 is above the CTR threshold", "the total of $10,500
+  would trigger a CTR", "exactly $10,000 would be reported", "exactly €10,000 is fine") are judged by
+  the regulation's own comparison: reportable iff the amount is more than (or at least) the threshold.
+- "applies from 10 July 2028" is checked against the regulation's application date.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from knowledge_graphs.model import Fact
+from rules.claims import Document, Segment
+from rules.extraction.dates import find_dates
+from rules.extraction.numbers import numeric_view
+from rules.report import Evidence
+from rules.units import Money, find_money
+from rules.validators.base import Finding, kg_evidence, validator
+from rules.validators.finance.codes import iso_currency_codes
+
+_GT_BEFORE = re.compile(r"\b(?:more than|over|above|exceed(?:s|ing)?|in excess of|tops?|greater than|beyond)\s+(?:a\s+|the\s+)?"
+                        r"(?:total of\s+|combined\s+)?$", re.I)
+_GE_BEFORE = re.compile(r"\b(?:at least|a minimum of|starting at|no less than)\s+$", re.I)
+_GE_AFTER = re.compile(r"^\s*(?:or more|or above|and above|and up|or greater|or higher|and over|or over)\b", re.I)
+_RANGE = re.compile(r"^\s*(?:to|-|–|and|through)\s*$", re.I)
+_COMPARISON = re.compile(
+    r"^[^.;]{0,40}?\b(?:is|are|was|would be|'s|be)\s+(?:not\s+|still\s+|already\s+|well\s+|just\s+)?"
+    r"(?P<op>above|over|more than|higher than|greater than|below|under|less than|lower than|within|beyond|past)\b"
+    r"|^\s*(?P<op2>exceeds?|tops?)\b|^[^.;]{0,40}?\bwould\s+(?P<op3>fall below|fall under|exceed)\b", re.I)
+_TRIGGERS = re.compile(r"\b(?:would|will|does|must|has to|have to|needs? to|is required to)?\s*(?:trigger|require|be reported|"
+                       r"be reportable|file|need to (?:file|declare)|must (?:file|declare|be declared)|declare)\b", re.I)
+_NO_TRIGGER = re.compile(r"\b(?:won't|will not|doesn't|does not|don't|do not|wouldn't|would not|isn't|is not|not)\b[^.;]{0,30}"
+                         r"\b(?:trigger|require|reported|file|declare|need)|\bis fine\b|\bavoids?\b|\bno need\b|"
+                         r"\bnot (?:required|reportable)\b|\bdon't need to\b", re.I)
+_EXACTLY = re.compile(r"\bexactly\s+$", re.I)
+_APPLIES = re.compile(r"\b(?:applies|apply|applying|kicks? in|takes? effect|starts?|begins?|effective|in force|from)\b", re.I)
+_INSTITUTIONS: list[tuple[str, re.Pattern[str]]] = [
+    ("casino", re.compile(r"\bcasinos?\b|\bcard clubs?\b|\bgaming day\b", re.I)),
+    ("msb", re.compile(r"\bmoney services? business(?:es)?\b|\bMSBs?\b|\bmoney transmitters?\b", re.I)),
+    ("bank", re.compile(r"\bbanks?\b|\bdepository institutions?\b", re.I)),
+]
+# a family name plus an institution -> the KG alias of the regulation meant (resolved through the KG)
+_FAMILIES: dict[str, dict[str, str]] = {
+    "sar": {"bank": "bank SAR", "msb": "MSB SAR", "casino": "casino SAR"},
+    "ctr": {"casino": "casino CTR"},
+}
+_FAMILY_WORDS = {"sar": re.compile(r"\bSARs?\b|\bsuspicious activity reports?\b|\bsuspicious (?:transactions?|activity)\b", re.I),
+                 "ctr": re.compile(r"\bCTRs?\b|\bcurrency transaction reports?\b", re.I)}
+
+
+@dataclass(frozen=True, slots=True)
+class _Regulation:
+    ids: tuple[str, ...]
+    text: str
+    start: int
+
+
+@validator("finance.thresholds")
+def thresholds(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
+    """Monetary thresholds stated for a regulation, and amounts compared with them, against the KG."""
+    if doc.kg is None:
+        return []
+    findings: list[Finding] = []
+    codes = set(iso_currency_codes())
+    for seg in doc.segments:
+        view = numeric_view(seg.text)
+        amounts = [replace(m, start=seg.start + view.span(m.start, m.end)[0], end=seg.start + view.span(m.start, m.end)[1])
+                   for m in find_money(view.text, known_codes=codes)]
+        for index, money in enumerate(amounts):
+            previous = amounts[index - 1] if index else None
+            if previous is not None and _RANGE.match(doc.text[previous.end:money.start]):
+                continue     # the upper end of a range is judged with its lower end
+            following = amounts[index + 1] if index + 1 < len(amounts) else None
+            upper = following if following is not None and _RANGE.match(doc.text[money.end:following.start]) else None
+            finding = _judge_amount(doc, seg, money, upper)
+            if finding is not None:
+                findings.append(finding)
+        findings += _application_dates(doc, seg)
+    return findings
+
+
+def _regulation_for(doc: Document, seg: Segment, position: int) -> _Regulation | None:
+    """The regulation an amount belongs to, narrowed by the institution named with it."""
+    clause = doc.clause_of(position)
+    scopes = [clause]
+    if seg.label is not None:
+        scopes.append(seg.label)
+    if seg.cells:
+        scopes += [(c.start, c.end) for c in seg.cells]
+    scope_text = " ".join(doc.text[s:e] for s, e in scopes) + " " + seg.heading
+    for family, words in _FAMILY_WORDS.items():
+        if words.search(scope_text) or (seg.cells and words.search(seg.heading)):
+            institution = next((name for name, pattern in _INSTITUTIONS if pattern.search(scope_text)), None)
+            ids = _family_member(doc, family, institution)
+            if ids:
+                return _Regulation(ids, family.upper(), clause[0])
+    named = [m for m in doc.mentions(["regulation"]) if any(s <= m.start < e for s, e in scopes)]
+    if named:
+        nearest = min(named, key=lambda m: abs(m.start - position))
+        return _Regulation(nearest.entity_ids, nearest.text, nearest.start)
+    found = doc.antecedent(position, ["regulation"])
+    if found is not None:
+        return _Regulation(found.entity_ids, found.text, found.start if not found.in_prompt else -1)
+    # a family named earlier, and an institution now ("Casinos use $5,000 as well")
+    institution = next((name for name, pattern in _INSTITUTIONS if pattern.search(scope_text)), None)
+    earlier = doc.text[:clause[0]] + " " + (doc.prompt or "")
+    for family, words in _FAMILY_WORDS.items():
+        ids = _family_member(doc, family, institution) if institution and words.search(earlier) else ()
+        if ids:
+            return _Regulation(ids, family.upper(), -1)
+    return None
+
+
+def _family_member(doc: Document, family: str, institution: str | None) -> tuple[str, ...]:
+    alias = _FAMILIES.get(family, {}).get(institution or "")
+    if alias is None or doc.kg is None:
+        return ()
+    return tuple(e.id for e in doc.kg.lookup(alias) if e.type == "regulation")
+
+
+def _facts(doc: Document, regulation: _Regulation, currency: str, clause_text: str) -> list[Fact]:
+    """The thresholds the amount may be stated for: the regulation's, and its sibling articles' (a directive is
+    named by one article's alias), narrowed to those whose measure the clause describes best."""
+    assert doc.kg is not None
+    ids = list(regulation.ids)
+    for rid in regulation.ids:
+        if "-art-" in rid:
+            prefix = rid.split("-art-")[0] + "-art-"
+            ids += [e.id for e in doc.kg.entities("regulation") if e.id.startswith(prefix) and e.id not in ids]
+    facts = [f for rid in ids for f in doc.kg.facts(rid, "threshold") if str(f.unit).upper() == currency]
+    if not re.search(r"no suspect|regardless of (?:whether )?a suspect|without a suspect|cannot be identified", clause_text, re.I):
+        facts = [f for f in facts if not f.qualifiers.get("condition")] or facts
+    if len(facts) > 1:
+        said = _words(clause_text)
+        scores = [len(_words(str(f.qualifiers.get("measure", ""))) & said) for f in facts]
+        if max(scores) > 0:
+            facts = [f for f, score in zip(facts, scores, strict=True) if score == max(scores)]
+        else:
+            facts = [f for f in facts if f.subject in regulation.ids] or facts
+    return facts
+
+
+_MEASURE_STOP = frozenset("amount amounts made received person more than with from into that this which their".split())
+
+
+def _words(text: str) -> set[str]:
+    return {w.rstrip("s") for w in re.findall(r"[a-z]{4,}", text.casefold())} - _MEASURE_STOP
+
+
+def _stated_comparison(doc: Document, money: Money, clause: tuple[int, int]) -> str | None:
+    before = doc.text[max(clause[0], money.start - 40):money.start]
+    after = doc.text[money.end:money.end + 20]
+    if _GE_AFTER.match(after) or _GE_BEFORE.search(before):
+        return "at least"
+    if _GT_BEFORE.search(before):
+        return "more than"
+    return None
+
+
+def _judge_amount(doc: Document, seg: Segment, money: Money, upper: Money | None) -> Finding | None:
+    clause = doc.clause_of(money.start)
+    clause_text = doc.text[clause[0]:clause[1]]
+    after = doc.text[money.end:clause[1]]
+    before = doc.text[clause[0]:money.start]
+    regulation = _regulation_for(doc, seg, money.start)
+    if regulation is None:
+        return None
+    facts = _facts(doc, regulation, money.currency, clause_text)
+    if not facts:
+        others = [f for rid in regulation.ids for f in doc.kg.facts(rid, "threshold")] if doc.kg else []
+        if not others:
+            return None
+        span = (money.start, money.end)
+        units = ", ".join(sorted({str(f.unit) for f in others}))
+        return Finding(doc.text[span[0]:span[1]], span, "threshold", "unverifiable", 0.5, [Evidence(
+            kind="kg_fact", description=f"{regulation.text}: thresholds are in {units}; no conversion between currencies")],
+            subject=regulation.ids[0])
+    compared = _COMPARISON.match(after)
+    if compared and not re.match(r"^\s*(?:or|and)\b", after):
+        return _judge_comparison(doc, money, facts, compared, clause)
+    handled = doc.cache.setdefault("threshold_consequences", set())
+    if clause in handled:
+        return None      # another amount of a clause already judged as one consequence
+    if _EXACTLY.search(before) or re.search(r"\b(?:deposit(?:ing)?|withdraw\w*|carry\w*|purchase|payment|transfer)\b[^.;]{0,20}$", before, re.I) \
+            and (_TRIGGERS.search(after) or _NO_TRIGGER.search(after)):
+        handled.add(clause)
+        amount, how = _consequence_amount(doc, money, facts, clause)
+        return _judge_consequence(doc, amount, how, facts, clause)
+    return _judge_statement(doc, money, upper, facts, clause, regulation)
+
+
+_TOTAL_BEFORE = re.compile(r"\b(?:total(?:\s+of)?|combined|altogether|in all|sum of|aggregate(?:\s+of)?)\s+$", re.I)
+
+
+def _consequence_amount(doc: Document, money: Money, facts: list[Fact], clause: tuple[int, int]) -> tuple[float, str]:
+    """The amount a consequence is about: a total the text states ("the total of $10,500 would trigger"), else
+    the sum of several amounts when the rule aggregates them ("$9,500 in the morning and $600 in the afternoon":
+    one person, one business day), else the amount itself."""
+    view = numeric_view(doc.text[clause[0]:clause[1]])
+    amounts = [replace(m, start=clause[0] + view.span(m.start, m.end)[0], end=clause[0] + view.span(m.start, m.end)[1])
+               for m in find_money(view.text, known_codes=set(iso_currency_codes())) if m.currency == money.currency]
+    total = next((m for m in amounts if _TOTAL_BEFORE.search(doc.text[max(clause[0], m.start - 20):m.start])), None)
+    if total is not None:
+        return total.amount, f"the stated total {total.amount:,.0f} {money.currency}"
+    aggregates = any(f.qualifiers.get("aggregation") or re.search(r"aggregat|linked|related transactions", str(f.qualifiers.get("measure", "")))
+                     for f in facts)
+    joined = [m for m in amounts if m.start >= money.start]
+    if aggregates and len(joined) > 1 and all(re.search(r"\b(?:and|plus|then)\b", doc.text[a.end:b.start])
+                                              for a, b in zip(joined, joined[1:], strict=False)):
+        parts = " + ".join(f"{m.amount:,.0f}" for m in joined)
+        return sum(m.amount for m in joined), f"{parts} = {sum(m.amount for m in joined):,.0f} {money.currency} (aggregated)"
+    return money.amount, f"{money.amount:,.0f} {money.currency}"
+
+
+def _describe(fact: Fact) -> str:
+    upper = fact.qualifiers.get("upper")
+    extent = f" up to {upper:,.0f}" if upper else ""
+    return f"{fact.subject.split(':', 1)[1]}: {fact.qualifiers.get('comparison', '')} {fact.value:,.0f}{extent} {fact.unit} ({fact.qualifiers.get('measure', '')})"
+
+
+def _span(doc: Document, start: int, end: int, clause: tuple[int, int]) -> tuple[int, int]:
+    return max(start, clause[0]), min(end, clause[1])
+
+
+def _judge_statement(doc: Document, money: Money, upper: Money | None, facts: list[Fact], clause: tuple[int, int],
+                     regulation: _Regulation) -> Finding:
+    comparison = _stated_comparison(doc, money, clause)
+    before = doc.text[max(clause[0], money.start - 40):money.start]
+    cue = _GT_BEFORE.search(before) or _GE_BEFORE.search(before)
+    start = money.start - (len(before) - cue.start()) if cue else money.start
+    end = (upper.end if upper and facts[0].qualifiers.get("upper") else money.end) + (len(_GE_AFTER.match(doc.text[money.end:]).group(0)) if _GE_AFTER.match(doc.text[money.end:]) else 0)
+    span = _span(doc, start, end, clause)
+    text = doc.text[span[0]:span[1]]
+    matching = [f for f in facts if abs(float(f.value) - money.amount) < 0.5]
+    subject = facts[0].subject
+    assertion = (subject, f"threshold:{money.currency}", money.amount)
+    if not matching:
+        return Finding(text, span, "threshold", "contradicted", 0.9, [kg_evidence(
+            f"{_describe(f)}; the text says {doc.text[money.start:money.end]}", f.provenance) for f in facts],
+            subject=subject, assertion=assertion)
+    fact = matching[0]
+    evidence = [kg_evidence(_describe(fact), fact.provenance)]
+    if upper is not None and fact.qualifiers.get("upper") is not None:
+        # a rule that covers a range (the monetary instrument log) must match at both ends; for an open
+        # threshold, "from $10,000 to $20,000" states the lower bound only
+        limit = fact.qualifiers.get("upper")
+        if abs(float(limit) - upper.amount) > 0.5:
+            return Finding(text, span, "threshold", "contradicted", 0.85, [*evidence, Evidence(
+                kind="rule", description=f"the range ends at {limit:,.0f} {fact.unit}")], subject=subject, assertion=assertion)
+    rule = str(fact.qualifiers.get("comparison", ""))
+    if comparison and rule and comparison != rule and rule in ("more than", "at least"):
+        return Finding(text, span, "threshold", "contradicted", 0.85, [*evidence, Evidence(
+            kind="rule", description=f"the regulation applies to amounts {rule} {fact.value:,.0f}; the text says "
+            f"{comparison} (so exactly {fact.value:,.0f} is {'covered' if rule == 'at least' else 'not covered'})")],
+            subject=subject, assertion=assertion)
+    return Finding(text, span, "threshold", "supported", 0.9, evidence, subject=subject, assertion=assertion)
+
+
+def _reportable(amount: float, fact: Fact) -> bool:
+    value = float(fact.value)
+    upper = fact.qualifiers.get("upper")
+    if upper is not None and amount > float(upper):
+        return False
+    return amount > value if fact.qualifiers.get("comparison") == "more than" else amount >= value
+
+
+def _judge_comparison(doc: Document, money: Money, facts: list[Fact], compared: re.Match[str], clause: tuple[int, int]) -> Finding:
+    op = (compared.group("op") or compared.group("op2") or compared.group("op3") or "").casefold()
+    negated = bool(re.search(r"\bnot\b|n't", compared.group(0)))
+    end = money.end + compared.end()
+    rest = doc.text[end:clause[1]]
+    reference = find_money(numeric_view(rest).text, known_codes=set(iso_currency_codes()))
+    above = op in ("above", "over", "more than", "higher than", "greater than", "beyond", "past", "exceed", "exceeds", "top", "tops")
+    fact = facts[0]
+    if reference and reference[0].start < 15:
+        value = reference[0].amount
+        holds = money.amount > value if above else money.amount < value if op not in ("within",) else money.amount <= value
+        what = f"{money.amount:,.0f} vs the stated {value:,.0f}"
+    else:
+        value = float(fact.value)
+        holds = _reportable(money.amount, fact) if above else not _reportable(money.amount, fact)
+        what = f"{money.amount:,.0f} vs {_describe(fact)}"
+    holds = holds != negated
+    stop = re.search(r"[,;]|\s+(?:so|because|and)\b", rest)
+    span = _span(doc, money.start, end + (stop.start() if stop else len(rest)), clause)
+    return Finding(doc.text[span[0]:span[1]], span, "threshold", "supported" if holds else "contradicted", 0.85, [
+        kg_evidence(_describe(fact), fact.provenance), Evidence(kind="rule", description=f"comparison: {what}")],
+        subject=fact.subject)
+
+
+def _judge_consequence(doc: Document, amount: float, how: str, facts: list[Fact], clause: tuple[int, int]) -> Finding:
+    """"exactly $10,000 would be reported", "Depositing exactly ten thousand dollars won't trigger a CTR"."""
+    fact = facts[0]
+    after = doc.text[clause[0]:clause[1]]
+    claims_reportable = not _NO_TRIGGER.search(after)
+    holds = _reportable(amount, fact) == claims_reportable
+    start = clause[0] + len(re.match(r"^\W*(?:so\s+|and\s+|but\s+)?", doc.text[clause[0]:clause[1]]).group(0))  # type: ignore[union-attr]
+    end = clause[1] - (1 if doc.text[clause[1] - 1] in ".;," else 0)
+    aggregation = fact.qualifiers.get("aggregation")
+    return Finding(doc.text[start:end], (start, end), "threshold", "supported" if holds else "contradicted", 0.85, [
+        kg_evidence(_describe(fact), fact.provenance), Evidence(
+            kind="rule", description=f"{how} is {'' if _reportable(amount, fact) else 'not '}covered: the rule applies to "
+            f"amounts {fact.qualifiers.get('comparison', '')} {fact.value:,.0f}" + (f"; {aggregation}" if aggregation else ""))],
+        subject=fact.subject)
+
+
+def _application_dates(doc: Document, seg: Segment) -> list[Finding]:
+    """"The cap starts applying on 10 July 2026", "kicks in on 2027-07-10": against applies_from."""
+    assert doc.kg is not None
+    out: list[Finding] = []
+    for date in find_dates(seg.text):
+        start, end = seg.start + date.start, seg.start + date.end
+        clause = doc.clause_of(start)
+        before = doc.text[clause[0]:start]
+        if not _APPLIES.search(before[-40:]):
+            continue
+        regulation = _regulation_for(doc, seg, start)
+        if regulation is None or doc.kg is None:
+            continue
+        entity = next((doc.kg.entity(i) for i in regulation.ids if doc.kg.entity(i) is not None), None)
+        applies = str(entity.attributes.get("applies_from", "")) if entity else ""
+        if not applies:
+            continue
+        year, month, day = (int(x) for x in applies.split("-"))
+        cue = list(_APPLIES.finditer(before))[-1]
+        span = (clause[0] + cue.start(), end)
+        out.append(Finding(doc.text[span[0]:span[1]], span, "threshold", "supported" if date.matches(year, month, day)
+                           else "contradicted", 0.9, [kg_evidence(f"{entity.name} applies from {applies}", entity.provenance)],  # type: ignore[union-attr]
+                           subject=entity.id if entity else None))
+    return out

@@ -15,8 +15,9 @@ from typing import Any
 import torch
 
 from engine.block_manager import BlockManager
+from engine.checkpoint import load_tokenizer
 from engine.config import EngineConfig, ModelConfig, ModelLoadError, parse_dtype
-from engine.loader import checkpoint_hash, generation_eos_ids, iter_weights, load_model_config, weight_files
+from engine.loader import checkpoint_hash, iter_weights, load_model_config, weight_files
 from engine.metrics import EngineMetrics
 from engine.model_runner import ModelRunner, kv_bytes_per_block
 from engine.models.llama import LlamaForCausalLM
@@ -234,14 +235,6 @@ class LLMEngine:
             num_requests_waiting=len(self.scheduler.waiting),
         )
         return snapshot
-
-
-def load_tokenizer(path: str | Path, model_config: ModelConfig | None = None) -> Tokenizer:
-    """The checkpoint's tokenizer with every EOS id the checkpoint names (generation_config and config)."""
-    path = Path(path)
-    model_config = model_config or load_model_config(path)
-    eos_ids = list(dict.fromkeys(generation_eos_ids(path) + model_config.eos_token_ids))
-    return Tokenizer.from_dir(path, eos_ids)
 
 
 def _default_num_blocks(model_config: ModelConfig, config: EngineConfig, max_model_len: int, dtype: torch.dtype) -> int:

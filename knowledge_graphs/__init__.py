@@ -2,9 +2,17 @@
 
 from knowledge_graphs.curated import CuratedDataError
 from knowledge_graphs.model import Entity, Fact, KnowledgeGraph, Provenance, normalise_alias
-from knowledge_graphs.registry import DOMAINS, UnknownDomainError, build_kg, clear_cache, load_kg
+from knowledge_graphs.registry import (
+    DOMAINS,
+    UnknownDomainError,
+    build_kg,
+    clear_cache,
+    keep_snapshots,
+    load_kg,
+    load_snapshot,
+)
 
 __all__ = [
     "DOMAINS", "CuratedDataError", "Entity", "Fact", "KnowledgeGraph", "Provenance", "UnknownDomainError",
-    "build_kg", "clear_cache", "load_kg", "normalise_alias",
+    "build_kg", "clear_cache", "keep_snapshots", "load_kg", "load_snapshot", "normalise_alias",
 ]

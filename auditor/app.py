@@ -32,6 +32,7 @@ from auditor.auth.keys import keys_ever_created
 from auditor.auth.principal import AuthGuard
 from auditor.gate.gate import NoClaimVerifier, Verifier
 from auditor.jobs import scoring
+from auditor.jobs.domains import install_detector
 from auditor.jobs.inprocess import EmbeddedWorker
 from auditor.jobs.settings import WorkerSettings
 from auditor.jobs.task_queue import TaskQueue, celery_queue
@@ -49,13 +50,13 @@ from engine.memory import malloc_trim
 logger = logging.getLogger("auditor")
 
 
-def _load_runtime(settings: Settings, engine_core: Any = None) -> tuple[Any, Verifier, Knowledge]:
-    """Engine, validators and KGs for production. Imported here: they pull in the rule packs and the KGs (and,
-    with the engine in this process, torch and xgrammar).
+def _load_runtime(settings: Settings, engine_core: Any = None) -> tuple[Any, Verifier, Knowledge, Any]:
+    """Engine, validators, KGs and the domain detector for production. Imported here: they pull in the rule
+    packs, the KGs and MiniLM (and, with the engine in this process, torch and xgrammar).
 
     engine_core: the engine core, launched already (its process loads the model and the KG constraint while
-    this one loads the KGs and validators); None: the engine runs in this process. Both sides read what they
-    build from snapshots on disk (`AUDITOR_INDEX_CACHE_DIR`)."""
+    this one loads the KGs, validators and detector); None: the engine runs in this process. Both sides read
+    what they build from snapshots on disk (`AUDITOR_INDEX_CACHE_DIR`)."""
     from auditor.serving import runtime
 
     started = time.perf_counter()
@@ -68,12 +69,14 @@ def _load_runtime(settings: Settings, engine_core: Any = None) -> tuple[Any, Ver
     verifier.warm_up()
     knowledge = runtime.KgKnowledge(kgs)
     knowledge.warm_up()
+    loaded_rules = time.perf_counter()
+    detector = runtime.load_detector(kgs, threshold=settings.domain_detection_threshold)
     # The KGs, tries, walk records and rule packs live as long as the process: take them out of the
     # cyclic GC's view, or each full collection (set off by allocations mid-decode) rescans them all.
     gc.freeze()
-    logger.info("KGs loaded in %.1f s, validators and linkers warmed in %.1f s", loaded_kgs - started,
-                time.perf_counter() - loaded_kgs)
-    return engine, verifier, knowledge
+    logger.info("KGs loaded in %.1f s, validators and linkers warmed in %.1f s, domain detector in %.1f s",
+                loaded_kgs - started, loaded_rules - loaded_kgs, time.perf_counter() - loaded_rules)
+    return engine, verifier, knowledge, detector
 
 
 def _start_task_queue(settings: Settings, database: Database, stack: AsyncExitStack) -> TaskQueue:
@@ -117,10 +120,10 @@ def _warn_about_authentication(database: Database, auth: AuthGuard, host: str) -
 
 
 def create_app(settings: Settings | None = None, *, engine: Any = None, verifier: Verifier | None = None,
-               knowledge: Knowledge | None = None, engine_core: Any = None) -> FastAPI:
-    """`engine`, `verifier`, `knowledge`: injected parts (tests; an engine passed in is started, not shut down);
-    with no engine, all three load in the lifespan. engine_core: an engine-core client launched already, which
-    the lifespan waits for, uses and shuts down."""
+               knowledge: Knowledge | None = None, detector: Any = None, engine_core: Any = None) -> FastAPI:
+    """`engine`, `verifier`, `knowledge`, `detector`: injected parts (tests; an engine passed in is started, not
+    shut down); with no engine, all four load in the lifespan. engine_core: an engine-core client launched
+    already, which the lifespan waits for, uses and shuts down."""
     settings = settings or get_settings()
     metrics = ServiceMetrics()
 
@@ -141,9 +144,9 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                 await anyio.to_thread.run_sync(
                     functools.partial(database.upgrade, hmac_key=settings.hmac_key.get_secret_value().encode()))
             store_ready = time.perf_counter()
-            loaded_engine, loaded_verifier, loaded_knowledge = engine, verifier, knowledge
+            loaded_engine, loaded_verifier, loaded_knowledge, loaded_detector = engine, verifier, knowledge, detector
             if engine is None:
-                loaded_engine, loaded_verifier, loaded_knowledge = await anyio.to_thread.run_sync(
+                loaded_engine, loaded_verifier, loaded_knowledge, loaded_detector = await anyio.to_thread.run_sync(
                     _load_runtime, settings, core)
                 if loaded_engine is not core:
                     stack.push_async_callback(_shutdown_engine, loaded_engine)
@@ -154,10 +157,12 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
             if callable(getattr(loaded_engine, "start", None)):   # an engine passed in is started, not shut down
                 await loaded_engine.start()
             engine_ready = time.perf_counter()
+            if loaded_detector is not None:   # the embedded worker scores with the same detector
+                install_detector(loaded_detector)
             metrics.watch_engine(loaded_engine.stats)
             inference = InferenceService(engine=loaded_engine, database=database, settings=settings, metrics=metrics,
                                          verifier=loaded_verifier or NoClaimVerifier(),
-                                         knowledge=loaded_knowledge or NoKnowledge())
+                                         knowledge=loaded_knowledge or NoKnowledge(), detector=loaded_detector)
             stack.callback(inference.committer.stop)
             task_queue = _start_task_queue(settings, database, stack)
             if settings.chain_witness:

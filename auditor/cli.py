@@ -8,7 +8,8 @@ import importlib
 import sys
 
 # Module names under auditor.commands, in the order `auditor --help` lists them.
-COMMANDS = ("demo", "serve", "engine_core", "verify", "db", "audit", "audits", "keys", "worker", "reaudit", "import_outputs")
+COMMANDS = ("demo", "serve", "engine_core", "verify", "db", "audit", "audits", "keys", "tenants", "worker",
+            "reaudit", "import_outputs")
 
 
 class CliError(Exception):

@@ -80,6 +80,12 @@ class Settings(BaseSettings):
     default_output_pii_action: Literal["allow", "annotate", "redact", "block"] = "redact"
     # Gate policies on tool calls (YAML, see auditor/gate/tool_policies.yaml); None: the built-in ones.
     tool_policy_file: Path | None = None
+    # Requests (and imported outputs) that name no domain: "detect" it from prompt and output, "require" one
+    # (400), or leave them unverified ("off"). The default for tenants without their own choice, which lives
+    # in the tenant_settings table (`auditor tenants set-detection`).
+    domain_detection: Literal["detect", "require", "off"] = "detect"
+    # A domain is detected when the classifier's probability reaches this (see docs/domain-detection.md).
+    domain_detection_threshold: float = Field(default=0.6, gt=0, le=1)
 
     @model_validator(mode="after")
     def _refuse_weak_secret(self) -> Settings:

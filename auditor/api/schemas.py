@@ -238,6 +238,7 @@ class ReauditProgress(BaseModel):
     total: int
     done: int
     failed: int
+    not_applicable: int = 0   # records of no domain: scored, nothing to verify
     pending: int
     rate_per_s: float
     eta_s: float | None

@@ -19,7 +19,7 @@ from auditor.trail.access_log import CliOperator
 from auditor.trail.queries import AuditQueryError
 from auditor.trail.schemas import AuditFilters, ExportFilters
 
-_FILTER_FLAGS = ("since", "until", "tenant", "domain", "intent", "model", "gate_action", "status", "kind",
+_FILTER_FLAGS = ("since", "until", "tenant", "domain", "domain_source", "intent", "model", "gate_action", "status", "kind",
                  "fer_min", "fer_max", "rule_id", "q", "cursor")
 
 

@@ -140,7 +140,8 @@ def _follow(database: Database, job_id: str, *, as_json: bool, poll_s: float = 0
                 job, progress = _snapshot(database, job_id)
                 if task is None:
                     task = bar.add_task("re-audit", total=progress["total"], rate=0.0, failed=0)
-                bar.update(task, completed=progress["done"] + progress["failed"], rate=progress["rate_per_s"],
+                finished = progress["done"] + progress["failed"] + progress.get("not_applicable", 0)
+                bar.update(task, completed=finished, rate=progress["rate_per_s"],
                            failed=progress["failed"])
                 if job["status"] != "running":
                     break
@@ -173,7 +174,8 @@ def _print_summary(job: dict[str, Any]) -> None:
         return
     before, after = summary["fer_before"], summary["fer_after"]
     records = summary["records"]
-    print(f"job {job['id']}: {job['status']}; {records['done']} re-scored, {records['failed']} failed")
+    print(f"job {job['id']}: {job['status']}; {records['done']} re-scored, {records['failed']} failed, "
+          f"{records.get('not_applicable', 0)} of no domain (not applicable)")
     print(f"FER mean before {before['mean']} (n={before['scored']}) -> after {after['mean']} (n={after['scored']})")
     print(f"claims whose verdict changed: {summary['verdict_changes']['total']}")
     print(f"records whose gate action would now differ: {summary['gate_action_changes']['total']} "

@@ -7,6 +7,7 @@ is the strongest decision taken on it. Every decision is kept for the audit reco
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -72,8 +73,10 @@ class InputGateResult:
         return next((d for d in self.decisions if d.action == "refuse"), None)
 
 
-def check_input(text: str, *, intent: str | None, annotate_score: float, refuse_score: float) -> InputGateResult:
-    """PII (redacted from the stored copy), prompt-injection score, and the intent's domain policies."""
+def check_input(text: str, *, intent: str | None, annotate_score: float, refuse_score: float,
+                detected_domains: Sequence[str] = ()) -> InputGateResult:
+    """PII (redacted from the stored copy), prompt-injection score, and the intent's domain policies (or, for a
+    request that names no intent, the policies of the domains detected in its prompt)."""
     redacted, pii = redact_pii(text, find_pii(text))
     decisions: list[GateDecision] = []
     if pii:
@@ -91,9 +94,11 @@ def check_input(text: str, *, intent: str | None, annotate_score: float, refuse_
             {"score": injection.score, "signals": [s.rule_id for s in injection.hits], "provenance": SIGNALS_SOURCE},
         ))
     annotations = []
-    for policy in policies_for(intent):
-        decisions.append(GateDecision("input", policy.rule_id, policy.action, policy.message,
-                                      {"intent": intent, "provenance": POLICY_SOURCE}))
+    for policy in policies_for(intent, detected_domains=detected_domains):
+        detail = {"intent": intent, "provenance": POLICY_SOURCE}
+        if intent is None:
+            detail["detected_domain"] = policy.domain
+        decisions.append(GateDecision("input", policy.rule_id, policy.action, policy.message, detail))
         if policy.action == "annotate":
             annotations.append(policy.message)
     return InputGateResult(redacted, pii, decisions, annotations)
@@ -127,8 +132,12 @@ class OutputGate:
     """
 
     def __init__(self, verifier: Verifier, *, domain: str | None, prompt: str | None, intent: str | None = None,
-                 hold_all: bool = False, pii_action: str = "redact", release_at_end: bool = True) -> None:
+                 hold_all: bool = False, pii_action: str = "redact", release_at_end: bool = True,
+                 domains_for: Callable[[str], list[str]] | None = None) -> None:
+        """`domains_for` (requests that named no domain): given each sentence before it is verified, returns
+        every domain detected so far; the sentence is verified under each of them."""
         self.verifier = verifier
+        self.domains_for = domains_for
         self.pii_action = pii_action
         self.domain = domain
         self.prompt = prompt
@@ -167,7 +176,7 @@ class OutputGate:
         body = sentence.strip()
         if not body:
             return self._release(sentence)
-        found = self.verifier.verify(body, domain=self.domain, prompt=self.prompt, intent=self.intent)
+        found = self._verify(body)
         self.claims.extend(found.claims)
         self.decisions.extend(found.decisions)
         action = strongest([d.action for d in found.decisions])
@@ -182,6 +191,25 @@ class OutputGate:
         if action == "redact":
             return self._release(self._screen_pii((found.redacted_text or "[redacted]") + trailing))
         return self._release(self._screen_pii(sentence))
+
+    def _verify(self, body: str) -> Verification:
+        domains: list[str | None] = list(self.domains_for(body)) if self.domains_for else [self.domain]
+        parts = [self.verifier.verify(body, domain=domain, prompt=self.prompt, intent=self.intent)
+                 for domain in domains or [None]]
+        if self.domains_for is None:
+            return parts[0]
+        merged = Verification()
+        for domain, part in zip(domains, parts, strict=False):
+            merged.claims += [{**claim, "domain": claim.get("domain", domain)} for claim in part.claims]
+            merged.decisions += part.decisions
+        redactions = [part.redacted_text for part in parts if part.redacted_text is not None]
+        if len(redactions) == 1:
+            merged.redacted_text = redactions[0]
+        elif redactions:   # two packs redact different spans of one sentence: neither copy is clean, withhold it
+            merged.decisions.append(GateDecision(
+                "output", "gate.multi_domain_redaction", "block",
+                f"validators of {', '.join(str(d) for d in domains)} each redacted part of this sentence"))
+        return merged
 
     def _screen_pii(self, text: str) -> str:
         """The output's PII rule, after the validators have judged the sentence as the model wrote it: PII in

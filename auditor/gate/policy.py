@@ -6,6 +6,7 @@ to the client and stored in the record.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 # These are this service's own policies (not a regulator's text); stored with every policy decision.
@@ -16,20 +17,26 @@ POLICY_SOURCE = {"source": "auditor built-in domain policies", "locator": "audit
 @dataclass(frozen=True, slots=True)
 class DomainPolicy:
     rule_id: str
+    domain: str
     intents: frozenset[str]
     action: str          # annotate | refuse
     message: str
 
 
 POLICIES: tuple[DomainPolicy, ...] = (
-    DomainPolicy("policy.medical.disclaimer", frozenset({"medical-diagnosis", "medical-treatment"}), "annotate",
+    DomainPolicy("policy.medical.disclaimer", "medical", frozenset({"medical-diagnosis", "medical-treatment"}), "annotate",
                  "Not medical advice: a clinician must confirm any diagnosis or treatment."),
-    DomainPolicy("policy.finance.disclaimer", frozenset({"fin-advice", "fin-risk"}), "annotate",
+    DomainPolicy("policy.finance.disclaimer", "finance", frozenset({"fin-advice", "fin-risk"}), "annotate",
                  "Not investment advice: figures must be checked against the cited filings."),
-    DomainPolicy("policy.legal.disclaimer", frozenset({"legal-advice"}), "annotate",
+    DomainPolicy("policy.legal.disclaimer", "legal", frozenset({"legal-advice"}), "annotate",
                  "Not legal advice: citations must be checked against the reporters."),
 )
 
 
-def policies_for(intent: str | None) -> list[DomainPolicy]:
-    return [p for p in POLICIES if intent is not None and intent in p.intents]
+def policies_for(intent: str | None, *, detected_domains: Sequence[str] = ()) -> list[DomainPolicy]:
+    """The policies of the request's intent; a request that names no intent gets those of the domains
+    detected in its prompt (a client must not escape a domain's policy by leaving out a header). A domain
+    the client named itself keeps the intent-only rule: its intent header is the client's stated choice."""
+    if intent is not None:
+        return [p for p in POLICIES if intent in p.intents]
+    return [p for p in POLICIES if p.domain in detected_domains]

@@ -1,5 +1,9 @@
 """JSONL import of external LLM outputs (prompt, output, domain, model, timestamp), for re-audit.
 
+`domain` may be left out: the line's domain is then detected when it is scored (`auditor.jobs.domains`), unless
+the importing tenant's domain-detection mode is `require` (such a line is malformed) or `off` (it is imported
+and scored "not_applicable").
+
 Each valid line becomes an ordinary audit record (endpoint "import", hash-chained, scored through the
 outbox like our own outputs) and is linked to its import batch by line number. Records are appended in
 transactions of `APPEND_BATCH`; a batch still "importing" after a crash says how far it got. Bad lines are never
@@ -25,6 +29,8 @@ from auditor.jobs.models import ImportBatch, ImportedOutput
 from auditor.settings import Settings
 from auditor.store.base import utcnow
 from auditor.store.database import Database
+from auditor.tenants.service import detection_mode
+from auditor.trail.domain_source import resolution_details
 from auditor.trail.records import NewRecord, append_in_transaction
 
 APPEND_BATCH = 200
@@ -58,7 +64,7 @@ class ImportedLine(BaseModel):
 
     prompt: str | None = Field(default=None, max_length=1_000_000)
     output: str = Field(min_length=1, max_length=1_000_000)
-    domain: str = Field(min_length=1, max_length=64)
+    domain: str | None = Field(default=None, min_length=1, max_length=64)
     model: str = Field(min_length=1, max_length=256)
     timestamp: datetime
     id: str | None = Field(default=None, max_length=256, description="The producer's own id for this output")
@@ -84,7 +90,8 @@ class ImportResult:
         return len(self.errors)
 
 
-def parse_lines(lines: Iterable[str], *, domains: Iterable[str]) -> tuple[list[tuple[int, ImportedLine]], list[LineError], int]:
+def parse_lines(lines: Iterable[str], *, domains: Iterable[str],
+                domain_required: bool = False) -> tuple[list[tuple[int, ImportedLine]], list[LineError], int]:
     """Validate every line: (valid (line number, parsed) pairs, errors, lines seen). Blank lines are ignored."""
     known = set(domains)
     valid: list[tuple[int, ImportedLine]] = []
@@ -102,7 +109,7 @@ def parse_lines(lines: Iterable[str], *, domains: Iterable[str]) -> tuple[list[t
             except json.JSONDecodeError as exc:
                 error = f"not valid JSON ({exc.msg} at column {exc.colno})"
             else:
-                error, parsed = _validate(data, known)
+                error, parsed = _validate(data, known, domain_required)
                 if parsed is not None:
                     valid.append((number, parsed))
         if error is not None:
@@ -110,7 +117,7 @@ def parse_lines(lines: Iterable[str], *, domains: Iterable[str]) -> tuple[list[t
     return valid, errors, number
 
 
-def _validate(data: Any, known_domains: set[str]) -> tuple[str | None, ImportedLine | None]:
+def _validate(data: Any, known_domains: set[str], domain_required: bool) -> tuple[str | None, ImportedLine | None]:
     if not isinstance(data, dict):
         return f"expected a JSON object, got {type(data).__name__}", None
     try:
@@ -120,6 +127,10 @@ def _validate(data: Any, known_domains: set[str]) -> tuple[str | None, ImportedL
         where = ".".join(str(p) for p in first["loc"]) or "line"
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         return f"field {where!r}: {first['msg']}{more}", None
+    if parsed.domain is None:
+        if domain_required:
+            return "field 'domain': required (this tenant's domain-detection mode is 'require')", None
+        return None, parsed
     if parsed.domain not in known_domains:
         return f"field 'domain': unknown domain {parsed.domain!r} (known: {', '.join(sorted(known_domains))})", None
     return None, parsed
@@ -141,7 +152,9 @@ def import_file(database: Database, path: Path, *, settings: Settings, tenant: s
 
 def import_lines(database: Database, lines: list[str], *, settings: Settings, tenant: str, strict: bool,
                  filename: str, sha256: str) -> ImportResult:
-    valid, errors, line_count = parse_lines(lines, domains=settings.domains)
+    with database.session() as session:
+        mode = detection_mode(session, tenant, default=settings.domain_detection)
+    valid, errors, line_count = parse_lines(lines, domains=settings.domains, domain_required=mode == "require")
     if strict and errors:
         raise ImportRejected(errors)
     if not valid:
@@ -160,7 +173,7 @@ def import_lines(database: Database, lines: list[str], *, settings: Settings, te
         with database.write_connection() as conn:
             links = []
             for number, line in part:
-                record = _new_record(line, number, batch.id, tenant=tenant, settings=settings)
+                record = _new_record(line, number, batch.id, tenant=tenant, settings=settings, detection=mode)
                 append_in_transaction(conn, record, key=database.chain_key)
                 links.append({"import_id": batch.id, "line": number, "record_id": record.id})
             conn.execute(insert(ImportedOutput), links)
@@ -170,7 +183,9 @@ def import_lines(database: Database, lines: list[str], *, settings: Settings, te
     return ImportResult(batch.id, line_count, len(valid), errors)
 
 
-def _new_record(line: ImportedLine, number: int, import_id: str, *, tenant: str, settings: Settings) -> NewRecord:
+def _new_record(line: ImportedLine, number: int, import_id: str, *, tenant: str, settings: Settings,
+                detection: str) -> NewRecord:
+    """`detection`: the tenant's domain-detection mode, kept with a line that names no domain."""
     mode = settings.content_mode_for(line.domain)
     redact = mode == "redacted"
     output = redact_pii(line.output)[0] if redact else line.output
@@ -179,5 +194,7 @@ def _new_record(line: ImportedLine, number: int, import_id: str, *, tenant: str,
         tenant=tenant, status="completed", endpoint="import", domain=line.domain, model_id=line.model,
         content_mode=mode, prompt=prompt, output=output, delivered_output=output,
         details={"import_id": import_id, "line": number, "timestamp": line.timestamp.isoformat(),
-                 "external_id": line.id, "metadata": line.metadata},
+                 "external_id": line.id, "metadata": line.metadata,
+                 # A line without a domain is detected when scored; the tenant's mode now decides whether it may be.
+                 **(resolution_details(source="none", mode=detection) if line.domain is None else {})},
     )

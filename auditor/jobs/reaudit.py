@@ -207,7 +207,7 @@ def job_view(database: Database, reader: Reader, job_id: str, *, action: str | N
 
 
 def progress_of(session: Session, job: ReauditJob, *, now: datetime | None = None) -> dict[str, Any]:
-    """total / done / failed / pending, the recent rate (records per second) and the ETA in seconds."""
+    """total / done / failed / not_applicable / pending, the recent rate (records per second) and the ETA in seconds."""
     now = now or utcnow()
     counts = dict(session.execute(select(ReauditItem.status, func.count()).where(ReauditItem.job_id == job.id)
                                   .group_by(ReauditItem.status)).all())
@@ -220,7 +220,8 @@ def progress_of(session: Session, job: ReauditJob, *, now: datetime | None = Non
     elapsed = (now - window_start).total_seconds()
     rate = recent / elapsed if elapsed > 0 and job.status == "running" else 0.0
     return {
-        "total": job.total, "done": counts.get("done", 0), "failed": counts.get("failed", 0), "pending": pending,
+        "total": job.total, "done": counts.get("done", 0), "failed": counts.get("failed", 0),
+        "not_applicable": counts.get("not_applicable", 0), "pending": pending,
         "rate_per_s": round(rate, 2), "eta_s": round(pending / rate, 1) if rate > 0 else None,
     }
 

@@ -45,6 +45,7 @@ class ChunkProgress:
     current_record_id: str | None = None
     done: int = 0
     failed: int = 0
+    not_applicable: int = 0     # text of no domain: scored, with nothing to verify
     already: int = 0
     cancelled: bool = False
 
@@ -101,6 +102,8 @@ def run_chunk(database: Database, evaluator: Evaluator, *, job_id: str, chunk: i
                 progress.already += 1
             elif outcome.status == "done":
                 progress.done += 1
+            elif outcome.status == "not_applicable":
+                progress.not_applicable += 1
             else:
                 progress.failed += 1
         position += len(batch)

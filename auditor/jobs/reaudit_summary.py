@@ -78,7 +78,7 @@ def build_summary(session: Session, job: ReauditJob) -> dict[str, Any]:
                                          "after": item.gate_action_after})
     return {
         "records": {"total": job.total, "done": totals["done"], "failed": totals["failed"],
-                    "pending": totals["pending"]},
+                    "not_applicable": totals["not_applicable"], "pending": totals["pending"]},
         "evaluator_versions": sorted(versions),
         "fer_before": fer_distribution(fer_before),
         "fer_after": fer_distribution(fer_after),

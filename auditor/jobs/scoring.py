@@ -18,6 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from auditor.jobs.domains import ScoringDomains, scoring_domains, shared_detector
 from auditor.store.base import utcnow
 from auditor.store.database import Database
 from auditor.trail.models import AuditRecord, Evaluation
@@ -45,6 +46,9 @@ class Scored:
     gate_action: str                      # the output-gate action these verdicts imply (allow ... refuse)
     kg_version: str | None = None
     rule_pack_hash: str | None = None
+    status: str = "done"                  # done | not_applicable (the text belongs to no domain)
+    details: dict[str, Any] | None = None # the domains scored under and how they were found (detected ones)
+    reason: str | None = None             # why not applicable
 
 
 class Evaluator(Protocol):
@@ -97,6 +101,41 @@ class RulesEvaluator:
         )
 
 
+def evaluate_stored(evaluator: Evaluator, *, text: str, domain: str | None, prompt: str | None,
+                    details: dict[str, Any] | None,
+                    load_detector: Callable[[], Any] = shared_detector) -> Scored:
+    """Score a stored output under every domain it belongs to (`auditor.jobs.domains`): the evaluator runs
+    once per domain; text of no domain is "not_applicable", not a failure."""
+    plan = scoring_domains(domain=domain, details=details, prompt=prompt, text=text, load_detector=load_detector)
+    if plan.not_applicable is not None:
+        return Scored(claims=[], fer=None, citation_confidence=None, joint_score=None, gate_action="allow",
+                      status="not_applicable", details=plan.details, reason=plan.not_applicable)
+    parts = [(name, evaluator.evaluate(text=text, domain=name, prompt=prompt)) for name in plan.domains]
+    if plan.details is None:   # the domain was given: the evaluation is exactly what the evaluator said
+        return parts[0][1]
+    return merge_scored(parts, plan)
+
+
+def merge_scored(parts: list[tuple[str, Scored]], plan: ScoringDomains) -> Scored:
+    """One evaluation from several domains' (best first): claims tagged with their domain, FER over all of
+    them, the weakest citation confidence, the strongest gate action; each domain's versions in `details`."""
+    claims = [{**claim, "domain": name} for name, scored in parts for claim in scored.claims]
+    verdicts = [claim.get("verdict") for claim in claims]
+    verified = verdicts.count("supported") + verdicts.count("contradicted")
+    fer = verdicts.count("contradicted") / verified if verified else None
+    confidences = [s.citation_confidence for _, s in parts if s.citation_confidence is not None]
+    citation_confidence = min(confidences) if confidences else None
+    joint = (1 - fer) * citation_confidence if fer is not None and citation_confidence is not None else None
+    if len(parts) == 1:
+        fer, citation_confidence, joint = parts[0][1].fer, parts[0][1].citation_confidence, parts[0][1].joint_score
+    details = dict(plan.details or {})
+    details["versions"] = {name: {"kg": s.kg_version, "rule_pack": s.rule_pack_hash} for name, s in parts}
+    top = parts[0][1]
+    return Scored(claims=claims, fer=fer, citation_confidence=citation_confidence, joint_score=joint,
+                  gate_action=max((s.gate_action for _, s in parts), key=GATE_ACTIONS.index),
+                  kg_version=top.kg_version, rule_pack_hash=top.rule_pack_hash, details=details)
+
+
 def load_evaluator(spec: str = "rules") -> Evaluator:
     """"rules" (the default), or "package.module:attribute" naming an Evaluator class, factory or instance."""
     if spec == "rules":
@@ -121,7 +160,7 @@ CommitHook = Callable[[Session, Evaluation, Scored | None], None]
 @dataclass(slots=True)
 class Outcome:
     evaluation_id: str
-    status: str                 # done | failed
+    status: str                 # done | failed | not_applicable
     created: bool               # False: an earlier delivery had already written it
     scored: Scored | None = None
     failure_reason: str | None = None
@@ -148,7 +187,8 @@ def score_record(database: Database, evaluator: Evaluator, request: ScoreRequest
         existing = find_evaluation(session, record_id=request.record_id, evaluator_version=evaluator.version,
                                    job_id=request.job_id)
         record = None if existing else session.get(AuditRecord, request.record_id)
-        text, domain, prompt = (record.output, record.domain, record.prompt) if record else (None, None, None)
+        text, domain, prompt, details = ((record.output, record.domain, record.prompt, record.details) if record
+                                         else (None, None, None, None))
     if existing is not None:
         return _acknowledge_existing(database, request, evaluator.version)
     try:
@@ -156,7 +196,7 @@ def score_record(database: Database, evaluator: Evaluator, request: ScoreRequest
             raise ScoringError(f"no audit record {request.record_id!r}")
         if text is None:
             raise ScoringError("the record holds no output text (hash-only content mode or purged)")
-        scored = evaluator.evaluate(text=text, domain=domain, prompt=prompt)
+        scored = evaluate_stored(evaluator, text=text, domain=domain, prompt=prompt, details=details)
     except ScoringError as exc:   # anything else (a KG file missing, the database) may heal: caller retries
         return record_failure(database, request, evaluator_version=evaluator.version, reason=str(exc))
     return _insert(database, request, evaluator.version, scored)
@@ -171,7 +211,8 @@ def _new_evaluation(request: ScoreRequest, evaluator_version: str, scored: Score
                     failure_reason: str | None) -> Evaluation:
     return Evaluation(
         record_id=request.record_id, job_id=request.job_id, evaluator_version=evaluator_version,
-        status="done" if scored else "failed", failure_reason=failure_reason,
+        status=scored.status if scored else "failed", failure_reason=failure_reason or (scored.reason if scored else None),
+        details=scored.details if scored else None,
         claims=scored.claims if scored else None, fer=scored.fer if scored else None,
         citation_confidence=scored.citation_confidence if scored else None,
         joint_score=scored.joint_score if scored else None,
@@ -236,7 +277,7 @@ def score_batch(
             Evaluation.record_id.in_(record_ids), Evaluation.evaluator_version == evaluator.version, job_match,
         )).scalars())
         records = {row.id: row for row in session.execute(
-            select(AuditRecord.id, AuditRecord.output, AuditRecord.domain, AuditRecord.prompt)
+            select(AuditRecord.id, AuditRecord.output, AuditRecord.domain, AuditRecord.prompt, AuditRecord.details)
             .where(AuditRecord.id.in_(record_ids)))}
     ready: list[tuple[ScoreRequest, Evaluation, Scored | None]] = []
     already: list[ScoreRequest] = []
@@ -252,7 +293,8 @@ def score_batch(
                 raise ScoringError(f"no audit record {request.record_id!r}")
             if record.output is None:
                 raise ScoringError("the record holds no output text (hash-only content mode or purged)")
-            scored: Scored | None = evaluator.evaluate(text=record.output, domain=record.domain, prompt=record.prompt)
+            scored: Scored | None = evaluate_stored(evaluator, text=record.output, domain=record.domain,
+                                                    prompt=record.prompt, details=record.details)
             failure = None
         except fatal:
             raise

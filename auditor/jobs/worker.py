@@ -20,6 +20,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_init, worker_process_init, worker_ready, worker_shutdown
 
 from auditor.jobs import reaudit, reaudit_chunks, scoring
+from auditor.jobs.domains import shared_detector
 from auditor.jobs.outbox import acknowledge_hook, dispatch_once
 from auditor.jobs.settings import WorkerSettings, worker_settings
 from auditor.settings import get_settings
@@ -83,6 +84,7 @@ def resources() -> _Resources:
             if _SETTINGS.warm_up and callable(warm_up):
                 try:
                     warm_up()
+                    shared_detector()   # records that name no domain are detected: load MiniLM now, not mid-task
                 except Exception:   # a domain that cannot load fails its records later, with the reason
                     logger.exception("evaluator warm-up failed")
             _resources = _Resources(os.getpid(), _open_database(), evaluator)
@@ -153,10 +155,12 @@ def reaudit_chunk_task(self: Task, job_id: str, chunk: int) -> dict[str, Any]:
             reaudit_chunks.fail_pending_in_chunk(
                 res.database, res.evaluator.version, job_id=job_id, chunk=chunk,
                 reason=f"chunk failed {self.request.retries + 1} times: {_describe(exc)}")
-            return {"cancelled": False, "done": progress.done, "failed": progress.failed}
+            return {"cancelled": False, "done": progress.done, "failed": progress.failed,
+                    "not_applicable": progress.not_applicable}
         countdown = backoff_s(self.request.retries, cap=_SETTINGS.retry_backoff_max_s)
         raise self.retry(exc=exc, countdown=countdown) from exc
     return {"cancelled": progress.cancelled, "done": progress.done, "failed": progress.failed,
+            "not_applicable": progress.not_applicable,
             "already": progress.already}
 
 

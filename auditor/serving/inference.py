@@ -32,11 +32,13 @@ from auditor.auth.principal import Principal
 from auditor.gate.gate import GateDecision, InputGateResult, OutputGate, Verifier, check_input, strongest
 from auditor.gate.pii import redact_pii
 from auditor.gate.tool_policy import load_tool_policies
+from auditor.serving.domains import DomainRequired, DomainResolution, resolve_request_domain
 from auditor.serving.knowledge import KgConstraint, Knowledge
 from auditor.serving.metrics import ServiceMetrics
 from auditor.serving.surface import RequestSurface, apply_tool_decisions, parses_as_json, redacted_message
 from auditor.settings import Settings
 from auditor.store.database import Database
+from auditor.tenants.service import detection_mode
 from auditor.trail.chain import sha256_text
 from auditor.trail.group_commit import GroupCommitter
 from auditor.trail.records import NewRecord, append_in_transaction
@@ -44,6 +46,7 @@ from auditor.trail.segments import StreamOpening, insert_opening, insert_segment
 from engine.errors import EngineDeadError
 from engine.outputs import RequestOutput, TokenLogprob
 from engine.sampling_params import InvalidRequestError, SamplingParams
+from knowledge_graphs.detection import DomainDetector
 
 
 class AuditUnavailable(Exception):
@@ -82,6 +85,7 @@ class Prepared:
     input_gate: InputGateResult
     kg: KgConstraint | None
     content_mode: str
+    resolution: DomainResolution
     started: float = field(default_factory=time.perf_counter)
     surface: RequestSurface = field(default_factory=RequestSurface)
     prefilled: anyio.Event | None = None   # set when the engine's first output arrives (n > 1 waits on it)
@@ -102,10 +106,11 @@ class Outcome:
     logprobs: list[TokenLogprob] | None = None
     tool_calls: list[dict[str, Any]] | None = None   # OpenAI shape; `text` is then the content beside them
     audit_extras: dict[str, Any] = field(default_factory=dict)
+    domain: dict[str, Any] | None = None     # {"name", "source", "verified_under", "scores"}
 
     def audit_summary(self) -> dict[str, Any]:
         return {"gate_action": self.gate_action, "claims": self.claim_counts, "fer": self.fer,
-                "annotations": self.annotations, **self.audit_extras}
+                "annotations": self.annotations, "domain": self.domain, **self.audit_extras}
 
 
 @dataclass(slots=True)
@@ -138,8 +143,11 @@ class _Generation:
 
 class InferenceService:
     def __init__(self, *, engine: Any, database: Database, settings: Settings, metrics: ServiceMetrics,
-                 verifier: Verifier, knowledge: Knowledge, committer: GroupCommitter | None = None) -> None:
+                 verifier: Verifier, knowledge: Knowledge, committer: GroupCommitter | None = None,
+                 detector: DomainDetector | None = None) -> None:
+        """`detector`: detects the domain of requests that name none (None: such requests go unverified)."""
         self.engine = engine
+        self.detector = detector
         self.database = database
         # every request-path write (stream openings, segments, records) goes through one group committer
         self.committer = committer or GroupCommitter(database, timeout_s=settings.store_timeout_s)
@@ -170,18 +178,37 @@ class InferenceService:
         else:
             rendered = user_text = raw_stored = prompt or ""
             redacted_stored = redact_pii(rendered)[0]
+        resolution = self._resolve_domain(context, user_text)
+        domain = resolution.domain
         gate = check_input(user_text, intent=context.intent, annotate_score=self.settings.injection_annotate_score,
-                           refuse_score=self.settings.injection_refuse_score)
-        gate.decisions.extend(surface.check_tool_results(self.verifier, domain=context.domain))
-        kg = self.knowledge.constraint_for(context.domain, user_text) if context.domain else None
+                           refuse_score=self.settings.injection_refuse_score,
+                           detected_domains=resolution.verified_under if resolution.detecting else ())
+        gate.decisions.extend(surface.check_tool_results(self.verifier, domain=domain))
+        kg = self.knowledge.constraint_for(domain, user_text) if domain else None
         if kg is not None and kg.applied:
             params.extra_args.update(kg.extra_args())
-        mode = self.settings.content_mode_for(context.domain)
+        mode = self.settings.content_mode_for(domain)
         return Prepared(
             audit_id=str(uuid.uuid4()), context=context, prompt=rendered,
             stored_prompt=redacted_stored if mode == "redacted" else raw_stored, gate_text=user_text,
-            params=params, input_gate=gate, kg=kg, content_mode=mode, surface=surface,
+            params=params, input_gate=gate, kg=kg, content_mode=mode, resolution=resolution, surface=surface,
         )
+
+    def _resolve_domain(self, context: RequestContext, user_text: str) -> DomainResolution:
+        """The given domain, or (per the tenant's mode) detection from the prompt; 400 in `require` mode."""
+        mode = None
+        if context.domain is None:
+            try:
+                with self.database.session() as session:
+                    mode = detection_mode(session, context.principal.tenant, default=self.settings.domain_detection)
+            except (SQLAlchemyError, OSError) as exc:   # fail closed, like a record that cannot be written
+                self.metrics.audit_failures.inc()
+                raise AuditUnavailable(exc.__class__.__name__) from exc
+        try:
+            return resolve_request_domain(given=context.domain, mode=mode or "detect", detector=self.detector,
+                                          prompt=user_text)
+        except DomainRequired as exc:
+            raise BadRequest(str(exc), code="domain_required") from exc
 
     # -- running ---------------------------------------------------------------------------------
     async def complete(self, prepared: Prepared) -> Outcome:
@@ -198,10 +225,12 @@ class InferenceService:
         piece is committed as a segment before it is yielded, so no byte leaves without a committed row."""
         hold_all = (prepared.params.response_format or {}).get("type") in ("json_object", "json_schema",
                                                                          "structural_tag")
-        gate = OutputGate(self.verifier, domain=prepared.context.domain, prompt=prepared.gate_text,
+        resolution = prepared.resolution
+        gate = OutputGate(self.verifier, domain=resolution.domain, prompt=prepared.gate_text,
                           intent=prepared.context.intent, hold_all=hold_all,
                           release_at_end=not (prepared.surface.tools and prepared.surface.tools.active),  # calls: in the Outcome
-                          pii_action=self.settings.output_pii_action_for(prepared.context.domain))
+                          pii_action=self.settings.output_pii_action_for(resolution.domain),
+                          domains_for=resolution.observe if resolution.detecting else None)
         generation = _Generation()
         opening = self._opening(prepared) if durable else None
         record_attempted = False
@@ -238,7 +267,8 @@ class InferenceService:
         context = prepared.context
         return StreamOpening(prepared.audit_id, context.principal.tenant, prepared.content_mode, {
             "key_id": context.principal.key_id, "request_id": context.request_id, "endpoint": context.endpoint,
-            "intent": context.intent, "domain": context.domain, "model_id": getattr(self.engine, "model_id", None),
+            "intent": context.intent, "domain": prepared.resolution.domain,
+            "model_id": getattr(self.engine, "model_id", None),
         })
 
     @staticmethod
@@ -291,6 +321,7 @@ class InferenceService:
             prompt_tokens=generation.prompt_tokens, completion_tokens=generation.completion_tokens,
             gate_action=action, claim_counts=gate.claim_counts(), fer=gate.fer(),
             annotations=prepared.input_gate.annotations + gate.annotations, logprobs=logprobs,
+            domain=_domain_summary(prepared.resolution),
         )
 
     def _finish_surface(self, prepared: Prepared, gate: OutputGate, generation: _Generation,
@@ -363,16 +394,17 @@ class InferenceService:
         else:
             delivered = output  # the usual case: one redaction pass serves both copies
         counts = gate.claim_counts()
+        domain = prepared.resolution.domain
         timings = {**generation.timings, "service_e2e_s": round(time.perf_counter() - prepared.started, 6)}
         if generation.first_release is not None:
             timings["service_ttft_s"] = round(generation.first_release - prepared.started, 6)
         return NewRecord(
             id=prepared.audit_id, tenant=prepared.context.principal.tenant, status=status,
             key_id=prepared.context.principal.key_id, request_id=_stored_free_text(prepared, prepared.context.request_id),
-            endpoint=prepared.context.endpoint, intent=prepared.context.intent, domain=prepared.context.domain,
+            endpoint=prepared.context.endpoint, intent=prepared.context.intent, domain=domain,
             model_id=getattr(self.engine, "model_id", None), checkpoint_hash=getattr(self.engine, "checkpoint_hash", None),
-            sampling_params=_params_for_record(prepared), kg_version=self.knowledge.kg_version(prepared.context.domain) if prepared.context.domain else None,
-            rule_pack_hash=self.verifier.rule_pack_hash(prepared.context.domain), content_mode=prepared.content_mode,
+            sampling_params=_params_for_record(prepared), kg_version=self.knowledge.kg_version(domain) if domain else None,
+            rule_pack_hash=self.verifier.rule_pack_hash(domain), content_mode=prepared.content_mode,
             prompt=prepared.stored_prompt,
             output=output, delivered_output=delivered,
             claims=gate.claims or None, prompt_tokens=generation.prompt_tokens,
@@ -381,7 +413,8 @@ class InferenceService:
             gate_decisions=[d.to_dict() for d in prepared.input_gate.decisions + gate.decisions],
             gate_action=action, n_supported=counts["supported"], n_contradicted=counts["contradicted"],
             n_unverifiable=counts["unverifiable"], fer=gate.fer(), finish_reason=finish_reason, error=error,
-            details=prepared.surface.record_details(prepared.content_mode, gate.decisions) or None,
+            details={**prepared.surface.record_details(prepared.content_mode, gate.decisions),
+                     **prepared.resolution.details()},
         )
 
     def _count(self, prepared: Prepared, gate: OutputGate, outcome: Outcome, generation: _Generation) -> None:
@@ -395,6 +428,14 @@ class InferenceService:
         self.metrics.e2e.observe(time.perf_counter() - prepared.started)
         if generation.first_release is not None:
             self.metrics.ttft.observe(generation.first_release - prepared.started)
+
+
+def _domain_summary(resolution: DomainResolution) -> dict[str, Any]:
+    """What the response tells the client about the domain its output was verified under."""
+    entry = resolution.details()["domain_resolution"]
+    detection = entry["detection"]
+    return {"name": resolution.domain, "source": entry["source"], "verified_under": entry["verified_under"],
+            "scores": detection["scores"] if detection else None}
 
 
 def _stored_free_text(prepared: Prepared, text: str) -> str:

@@ -17,6 +17,7 @@ from auditor.serving.engine_loading import (  # noqa: F401 - where callers have 
 )
 from auditor.serving.knowledge import KgConstraint
 from knowledge_graphs import KnowledgeGraph, keep_snapshots, load_kg
+from knowledge_graphs.detection import DomainDetector
 from knowledge_graphs.linking import get_linker
 from knowledge_graphs.neighbourhood import DOMAIN_DEFAULTS, allowed_entities
 from rules import EmptyTextError, Report, load_pack
@@ -31,6 +32,13 @@ def load_kgs(domains: Iterable[str], *, snapshot_dir: Path | None = None) -> dic
     if snapshot_dir is not None:
         keep_snapshots(snapshot_dir)
     return {domain: load_kg(domain) for domain in domains}
+
+
+def load_detector(kgs: Mapping[str, KnowledgeGraph], *, threshold: float) -> DomainDetector:
+    """The domain detector over these KGs, warmed once (MiniLM load, linkers) so no request pays for it."""
+    detector = DomainDetector(kgs, threshold=threshold)
+    detector.detect("Warm-up question?", "Warm-up answer.")
+    return detector
 
 
 class KgKnowledge:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import auditor.auth.models  # noqa: F401
 import auditor.jobs.models  # noqa: F401
+import auditor.tenants.models  # noqa: F401
 import auditor.trail.models  # noqa: F401
 from auditor.store.base import Base
 

@@ -83,17 +83,22 @@ def _hmac(key: bytes, message: str) -> str:
 @dataclass(frozen=True, slots=True)
 class Ledger:
     """One hash-chained table: its number (the `chain_head` row and `checkpoints.ledger`), the fields its
-    content digest covers (fixed: adding a column must not change old digests) and its sensitive text
-    fields (text field -> the digest field that stands in for it)."""
+    content digest covers (fixed: adding a column must not change old digests), fields added later that it
+    covers only when set (so entries written before they existed keep their digests, while setting, changing
+    or clearing one on any entry changes its digest), and its sensitive text fields (text field -> the
+    digest field that stands in for it)."""
 
     number: int
     name: str
     table: Table
     hashed_fields: tuple[str, ...]
     sensitive_fields: Mapping[str, str] = field(default_factory=dict)
+    optional_fields: tuple[str, ...] = ()
 
     def digest(self, values: Mapping[str, Any]) -> str:
-        return sha256_text(canonical_json({name: values.get(name) for name in self.hashed_fields}))
+        content = {name: values.get(name) for name in self.hashed_fields}
+        content.update({name: values[name] for name in self.optional_fields if values.get(name) is not None})
+        return sha256_text(canonical_json(content))
 
     def fill_sensitive_digests(self, values: dict[str, Any]) -> None:
         """Digest each sensitive text that has none yet (a hash-only entry arrives with its digest and no text)."""
@@ -249,7 +254,7 @@ class _Walk:
         return None
 
     def _check_content(self, row: Any) -> ChainProblem | None:
-        values = {name: getattr(row, name) for name in self.ledger.hashed_fields}
+        values = {name: getattr(row, name) for name in (*self.ledger.hashed_fields, *self.ledger.optional_fields)}
         for text_field, digest_field in self.ledger.sensitive_fields.items():
             text = getattr(row, text_field)
             if text is not None and text_digest(text) != values[digest_field]:

@@ -38,6 +38,7 @@ EVALUATIONS = Ledger(
         "failure_reason", "claims_sha256", "fer", "citation_confidence", "joint_score", "created_at",
     ),
     sensitive_fields={"claims": "claims_sha256"},
+    optional_fields=("details",),   # revision 0004: the domains an evaluation was scored under
 )
 
 ACCESS = Ledger(

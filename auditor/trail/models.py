@@ -132,7 +132,7 @@ class Evaluation(Base):
     evaluator_version: Mapped[str] = mapped_column(String(64))
     kg_version: Mapped[str | None] = mapped_column(String(64))
     rule_pack_hash: Mapped[str | None] = mapped_column(String(64))
-    status: Mapped[str] = mapped_column(String(16))   # pending | done | failed
+    status: Mapped[str] = mapped_column(String(16))   # done | failed | not_applicable (text of no domain)
     failure_reason: Mapped[str | None] = mapped_column(Text)
     claims: Mapped[list[Any] | None]
     fer: Mapped[float | None] = mapped_column(Float)
@@ -141,6 +141,9 @@ class Evaluation(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     claims_sha256: Mapped[str | None] = mapped_column(String(64))
     purged_at: Mapped[datetime | None]   # set only by a chained purge, like a record's
+    # The domains scored under and how they were found ({"domain_resolution": ...}, `auditor.trail.domain_source`);
+    # hashed when set (revision 0004 added it: older rows have none and keep their digests).
+    details: Mapped[dict[str, Any] | None]
 
     __table_args__ = (
         UniqueConstraint("record_id", "evaluator_version", "job_id"),

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from sqlalchemy import Select, String, and_, cast, func, select
 from sqlalchemy.orm import Session
 
+from auditor.trail.domain_source import source_condition
 from auditor.trail.models import AuditRecord, Evaluation
 from auditor.trail.schemas import AuditFilters
 
@@ -64,6 +65,8 @@ def filtered_query(filters: AuditFilters, *, tenant_scope: str | None) -> Select
     ):
         if value is not None:
             conditions.append(column == value)
+    if filters.domain_source is not None:
+        conditions.append(source_condition(filters.domain_source))
     if filters.has_contradicted is not None:
         conditions.append(AuditRecord.n_contradicted > 0 if filters.has_contradicted else AuditRecord.n_contradicted == 0)
     if filters.fer_min is not None:

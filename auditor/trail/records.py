@@ -116,7 +116,7 @@ def seal_evaluations(conn: Connection, evaluations: list[Evaluation], key: Chain
     its seq and hashes in the evaluations ledger, whose head and checkpoints move with them."""
     for evaluation in evaluations:
         evaluation.id = evaluation.id or new_id()
-    values = [{column: getattr(evaluation, column) for column in (*EVALUATIONS.hashed_fields, "claims")}
+    values = [{column: getattr(evaluation, column) for column in (*EVALUATIONS.hashed_fields, *EVALUATIONS.optional_fields, "claims")}
               for evaluation in evaluations]
     chain_entries(conn, EVALUATIONS, values, hmac_key=key.hmac_key, checkpoint_interval=key.checkpoint_interval)
     for evaluation, chained in zip(evaluations, values, strict=True):

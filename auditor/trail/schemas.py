@@ -40,6 +40,8 @@ class RecordFilter(BaseModel):
     until: datetime | None = None
     tenant: CleanText | None = Field(default=None, max_length=128, description="Admins only")
     domain: CleanText | None = Field(default=None, max_length=64)
+    domain_source: Literal["given", "detected", "none"] | None = Field(
+        default=None, description="given: the request named it; detected: found in its text; none: neither")
     intent: CleanText | None = Field(default=None, max_length=64)
     model: CleanText | None = Field(default=None, max_length=256)
     gate_action: Literal["allow", "annotate", "redact", "block", "refuse"] | None = None
@@ -81,6 +83,7 @@ class EvaluationOut(BaseModel):
     fer: float | None
     citation_confidence: float | None
     joint_score: float | None
+    details: dict[str, Any] | None = None   # detected domains and per-domain versions (records that named none)
     created_at: datetime
 
     @field_validator("created_at")

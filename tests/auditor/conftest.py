@@ -59,6 +59,9 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "environment": "test", "database_url": database_url, "hmac_key": TEST_HMAC_KEY,
         "checkpoint_interval": 5, "max_body_bytes": 64_000,
+        # Requests without a domain are served unverified here, as before detection existed: the tests that
+        # exercise detection opt in (`overrides={"domain_detection": "detect"}`), the rest need no MiniLM.
+        "domain_detection": "off",
     }
     values.update(overrides)
     return Settings(**values)

@@ -56,7 +56,9 @@ def sqlite_store(tmp_path: Path) -> str:
 
 def settings_for(url: str, **overrides: Any) -> Settings:
     values: dict[str, Any] = {"environment": "test", "database_url": url, "hmac_key": HMAC_KEY,
-                              "checkpoint_interval": 3}
+                              "checkpoint_interval": 3,
+                              # no MiniLM in these tests: domain detection has its own (tests/auditor/serving)
+                              "domain_detection": "off"}
     values.update(overrides)
     return Settings(**values)
 

@@ -110,6 +110,24 @@ def test_default_hmac_key_refused_outside_development(monkeypatch: pytest.Monkey
     assert "AUDITOR_HMAC_KEY must be set" in capsys.readouterr().err
 
 
+def test_tenants_set_and_list_the_detection_mode(cli_env: Database, capsys: pytest.CaptureFixture[str]) -> None:
+    from auditor.tenants.service import detection_mode
+
+    assert main(["tenants", "set-detection", "acme", "require"]) == 0
+    assert main(["tenants", "set-detection", "beta", "off"]) == 0
+    with cli_env.session() as session:
+        assert detection_mode(session, "acme", default="detect") == "require"
+        assert detection_mode(session, "nobody", default="detect") == "detect"
+    assert main(["tenants", "set-detection", "acme", "default"]) == 0
+    capsys.readouterr()
+    assert main(["tenants", "list"]) == 0
+    listing = capsys.readouterr().out
+    assert "default domain detection (AUDITOR_DOMAIN_DETECTION): detect" in listing
+    assert "acme  domain_detection=default (detect)" in listing and "beta  domain_detection=off" in listing
+    with pytest.raises(SystemExit):   # argparse: one-line usage error, exit status 2
+        main(["tenants", "set-detection", "acme", "sometimes"])
+
+
 def test_engine_core_needs_an_address_and_a_model(cli_env: Database, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture[str]) -> None:

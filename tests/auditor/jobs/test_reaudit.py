@@ -159,7 +159,7 @@ def test_record_that_keeps_failing_ends_failed_with_its_reason(database) -> None
         item = session.execute(select(ReauditItem).where(ReauditItem.record_id == bad)).scalar_one()
     assert failed.status == "failed" and "RuntimeError: evaluator crashed" in failed.failure_reason
     assert item.failure_reason == failed.failure_reason
-    assert job.summary["records"] == {"total": 2, "done": 1, "failed": 1, "pending": 0}
+    assert job.summary["records"] == {"total": 2, "done": 1, "failed": 1, "not_applicable": 0, "pending": 0}
     assert _job_evaluations_per_record(database, job_id) == {good: 1, bad: 1}
 
 

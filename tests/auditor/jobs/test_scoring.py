@@ -85,8 +85,8 @@ def test_record_without_text_ends_failed_with_its_reason(database) -> None:
 
 
 def test_permanent_evaluator_error_fails_but_transient_error_propagates_for_retry(database) -> None:
-    no_domain = append_output(database, "Rates rose.", domain=None)
-    assert scoring.score_record(database, MarkerEvaluator(), scoring.ScoreRequest(no_domain)).status == "failed"
+    no_text = append_output(database, None, content_mode="hash")   # nothing to score, however often retried
+    assert scoring.score_record(database, MarkerEvaluator(), scoring.ScoreRequest(no_text)).status == "failed"
     crashing = append_output(database, "This one [explode].")
     with pytest.raises(RuntimeError):
         scoring.score_record(database, MarkerEvaluator(), scoring.ScoreRequest(crashing))

@@ -151,12 +151,13 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                 if loaded_engine is not core:
                     stack.push_async_callback(_shutdown_engine, loaded_engine)
             # What `auditor serve` deferred (simple-icd-10-cm) loads now, while the engine core may still be
-            # loading on the other CPU, rather than on this process's way to ready or in a first request.
-            start_loading_deferred()
+            # loading on the other CPU; ready waits for it, so no request pays for it.
+            deferred = start_loading_deferred()
             runtime_ready = time.perf_counter()
             if callable(getattr(loaded_engine, "start", None)):   # an engine passed in is started, not shut down
                 await loaded_engine.start()
             engine_ready = time.perf_counter()
+            await anyio.to_thread.run_sync(deferred.join)
             if loaded_detector is not None:   # the embedded worker scores with the same detector
                 install_detector(loaded_detector)
             metrics.watch_engine(loaded_engine.stats)
@@ -182,6 +183,7 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                 trimmer = asyncio.create_task(_trim_memory_periodically(settings.malloc_trim_interval_s))
                 stack.callback(trimmer.cancel)
             services.ready = True
+            gc.enable()   # `auditor serve` starts with it off: see auditor.commands.serve
             logger.info("ready %.1f s after startup began: audit store %.1f s, KGs and validators %.1f s, then "
                         "%.1f s waiting for the engine", time.perf_counter() - began, store_ready - began,
                         runtime_ready - store_ready, engine_ready - runtime_ready)

@@ -87,8 +87,18 @@ class EngineRecipe:
     settings: Settings
 
     def __call__(self) -> LLMEngine:
-        return build_engine(self.settings.resolved_model_path(), list(self.settings.domains),
-                            **engine_options(self.settings))
+        # No cyclic GC while building (torch's import and the KGs are millions of long-lived objects, and
+        # build_engine collects once at its end); what is built is frozen out of the GC's view for the step loop.
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            engine = build_engine(self.settings.resolved_model_path(), list(self.settings.domains),
+                                  **engine_options(self.settings))
+            gc.freeze()
+            return engine
+        finally:
+            if enabled:
+                gc.enable()
 
 
 def start_engine_core(settings: Settings) -> EngineCoreClient | None:

@@ -8,6 +8,7 @@ import functools
 import gc
 import inspect
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -58,7 +59,9 @@ from auditor.jobs.settings import WorkerSettings
 from auditor.jobs.task_queue import TaskQueue, celery_queue
 from auditor.kg.live import LiveKnowledgeGraphs
 from auditor.packs.source import StorePacks, store_packs
+from auditor.serving.deferred_imports import start_loading_deferred
 from auditor.serving.embeddings import EmbeddingService
+from auditor.serving.engine_loading import start_engine_core
 from auditor.serving.inference import AuditUnavailable, BadRequest, EngineUnavailable, InferenceService
 from auditor.serving.knowledge import Knowledge, NoKnowledge
 from auditor.serving.metrics import ServiceMetrics
@@ -74,31 +77,34 @@ from engine.memory import malloc_trim
 logger = logging.getLogger("auditor")
 
 
-def _load_runtime(settings: Settings, packs: StorePacks) -> tuple[Any, Verifier, Knowledge, Any]:
-    """Engine, validators, KGs and the domain detector for production. Imported here: they pull in torch,
-    xgrammar, the KGs and MiniLM."""
+def _load_runtime(settings: Settings, packs: StorePacks, engine_core: Any = None) -> tuple[Any, Verifier, Knowledge, Any]:
+    """Engine, validators, KGs and the domain detector for production. Imported here: they pull in the rule
+    packs, the KGs and MiniLM (and, with the engine in this process, torch and xgrammar).
+
+    engine_core: the engine core, launched already (its process loads the model and the KG constraint while
+    this one loads the KGs, validators and detector); None: the engine runs in this process, or there is none
+    (`AUDITOR_LOCAL_ENGINE=false`: a replica that only forwards to upstreams). Both sides read what they build
+    from snapshots on disk (`AUDITOR_INDEX_CACHE_DIR`)."""
     from auditor.serving import runtime
 
-    options = runtime.engine_options(settings)
-    path = settings.resolved_model_path()
-    if not settings.local_engine:       # an API replica that only forwards to upstream models
-        engine, kgs = None, runtime.load_kgs(settings.domains)
-    elif settings.engine_address or settings.engine_process:
-        # Launched (or joined) first: the core process loads the model and its constraint while this one
-        # loads the KGs for linking and the validators.
-        engine = runtime.load_engine(path, list(settings.domains), process=True, address=settings.engine_address,
-                                     kg_store=runtime.core_kg_store(settings), **options)
-        kgs = runtime.load_kgs(settings.domains)
-    else:
-        kgs = runtime.load_kgs(settings.domains)
-        engine = runtime.load_engine(path, kgs, **options)
+    started = time.perf_counter()
+    engine = engine_core
+    kgs = runtime.load_kgs(settings.domains, snapshot_dir=settings.index_cache_dir)
+    loaded_kgs = time.perf_counter()
+    if engine is None and settings.local_engine:   # AUDITOR_ENGINE_PROCESS=false: the step loop on a thread here
+        engine = runtime.load_engine(settings.resolved_model_path(), kgs, **runtime.engine_options(settings))
     verifier = runtime.RulesVerifier(kgs, packs)
     verifier.warm_up()
+    knowledge = runtime.KgKnowledge(kgs)
+    knowledge.warm_up()
+    loaded_rules = time.perf_counter()
     detector = runtime.load_detector(kgs, threshold=settings.domain_detection_threshold)
     # The KGs, tries, walk records and rule packs live as long as the process: take them out of the
     # cyclic GC's view, or each full collection (set off by allocations mid-decode) rescans them all.
     gc.freeze()
-    return engine, verifier, runtime.KgKnowledge(kgs), detector
+    logger.info("KGs loaded in %.1f s, validators and linkers warmed in %.1f s, domain detector in %.1f s",
+                loaded_kgs - started, loaded_rules - loaded_kgs, time.perf_counter() - loaded_rules)
+    return engine, verifier, knowledge, detector
 
 
 def _start_task_queue(settings: Settings, database: Database, stack: AsyncExitStack, packs: StorePacks) -> TaskQueue:
@@ -167,8 +173,10 @@ def _warn_about_authentication(database: Database, auth: AuthGuard, host: str) -
 
 
 def create_app(settings: Settings | None = None, *, engine: Any = None, verifier: Verifier | None = None,
-               knowledge: Knowledge | None = None, detector: Any = None) -> FastAPI:
-    """`engine`, `verifier`, `knowledge`, `detector`: injected parts (tests); with no engine, all four load."""
+               knowledge: Knowledge | None = None, detector: Any = None, engine_core: Any = None) -> FastAPI:
+    """`engine`, `verifier`, `knowledge`, `detector`: injected parts (tests; an engine passed in is started, not
+    shut down); with no engine, all four load in the lifespan. engine_core: an engine-core client launched
+    already, which the lifespan waits for, uses and shuts down."""
     settings = settings or get_settings()
     metrics = ServiceMetrics(intents=settings.metrics_intents if settings.metrics_intents is not None
                              else EngineConfig().intent_priorities, max_tenants=settings.metrics_max_tenants,
@@ -179,19 +187,33 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
         # Every resource registers its cleanup as soon as it exists, so a startup that fails half-way
         # (a model that will not load, a store that will not migrate) leaks no thread, pool or engine.
         async with AsyncExitStack() as stack:
+            began = time.perf_counter()
+            core = engine_core
+            if engine is None and core is None:   # first: the core loads while this process does the rest
+                core = await anyio.to_thread.run_sync(start_engine_core, settings)
+            if core is not None:   # ours from here on, even if loading the rest fails
+                stack.push_async_callback(_shutdown_engine, core)
             database = Database.from_settings(settings)
             stack.callback(database.dispose)
             if settings.auto_migrate:
                 await anyio.to_thread.run_sync(
                     functools.partial(database.upgrade, hmac_key=settings.hmac_key.get_secret_value().encode()))
             packs = store_packs(database, settings)
+            store_ready = time.perf_counter()
             loaded_engine, loaded_verifier, loaded_knowledge, loaded_detector = engine, verifier, knowledge, detector
             if engine is None:
                 loaded_engine, loaded_verifier, loaded_knowledge, loaded_detector = await anyio.to_thread.run_sync(
-                    _load_runtime, settings, packs)
-                stack.push_async_callback(_shutdown_engine, loaded_engine)
+                    _load_runtime, settings, packs, core)
+                if loaded_engine is not None and loaded_engine is not core:
+                    stack.push_async_callback(_shutdown_engine, loaded_engine)
+            # What `auditor serve` deferred (simple-icd-10-cm) loads now, while the engine core may still be
+            # loading on the other CPU; ready waits for it, so no request pays for it.
+            deferred = start_loading_deferred()
+            runtime_ready = time.perf_counter()
             if callable(getattr(loaded_engine, "start", None)):   # an engine passed in is started, not shut down
                 await loaded_engine.start()
+            engine_ready = time.perf_counter()
+            await anyio.to_thread.run_sync(deferred.join)
             if loaded_detector is not None:   # the embedded worker scores with the same detector
                 install_detector(loaded_detector)
             if loaded_engine is not None:
@@ -226,6 +248,10 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                 trimmer = asyncio.create_task(_trim_memory_periodically(settings.malloc_trim_interval_s))
                 stack.callback(trimmer.cancel)
             services.ready = True
+            gc.enable()   # `auditor serve` starts with it off: see auditor.commands.serve
+            logger.info("ready %.1f s after startup began: audit store %.1f s, KGs and validators %.1f s, then "
+                        "%.1f s waiting for the engine", time.perf_counter() - began, store_ready - began,
+                        runtime_ready - store_ready, engine_ready - runtime_ready)
             try:
                 yield
             finally:

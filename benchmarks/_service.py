@@ -123,7 +123,7 @@ class Server:
 
     def rss_mb(self) -> float:
         """Resident memory of the server and every process below it (the engine core, workers)."""
-        return sum(_rss_kb(pid) for pid in _tree(self.proc.pid)) / 1024
+        return sum(rss_kb(pid) for pid in tree(self.proc.pid)) / 1024
 
     def verify_chain(self) -> bool:
         response = httpx.get(f"{self.base_url}/v1/audits/verify", timeout=120)
@@ -209,7 +209,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _tree(root: int) -> list[int]:
+def tree(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -227,7 +227,19 @@ def _tree(root: int) -> list[int]:
     return found
 
 
-def _rss_kb(pid: int) -> int:
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds these processes have used so far (those that are gone count 0)."""
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])   # utime, stime (fields 14 and 15 of stat)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def rss_kb(pid: int) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):

@@ -76,14 +76,14 @@ def main() -> None:
     from knowledge_graphs import load_kg
     from knowledge_graphs.detection import DomainDetector
     from knowledge_graphs.detection.detector import split_for_detection
-    from knowledge_graphs.embedding import load_model
+    from knowledge_graphs.minilm import load_encoder
 
     rows = load_rows()
     started = time.perf_counter()
     kgs = {d: load_kg(d) for d in DOMAINS}
     kg_load_s = time.perf_counter() - started
     started = time.perf_counter()
-    load_model()
+    load_encoder()
     detector = DomainDetector(kgs)
     detector.detect("warm-up", "One sentence to load the model.")
     load_s = time.perf_counter() - started

@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 
-from engine.sampling_params import InvalidRequestError
+from engine.checkpoint import token_ids
+from engine.errors import ModelLoadError
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 
@@ -22,10 +23,6 @@ _DTYPES = {
     "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
     "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
 }
-
-
-class ModelLoadError(InvalidRequestError):
-    """A checkpoint the engine cannot load: unknown architecture, missing or corrupt files."""
 
 
 def parse_dtype(name: str | torch.dtype) -> torch.dtype:
@@ -79,8 +76,7 @@ class ModelConfig:
             if rope_type not in ("default", "llama3"):
                 raise ModelLoadError(f"unsupported rope_scaling type {rope_type!r}; supported: default, llama3")
             rope_scaling = None if rope_type == "default" else dict(rope_scaling, rope_type=rope_type)
-        eos = raw.get("eos_token_id")
-        eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+        eos_ids = token_ids(raw.get("eos_token_id"))
         use_sliding = raw.get("use_sliding_window", arch == "MistralForCausalLM")
         return cls(
             architecture=arch,

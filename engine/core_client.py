@@ -29,19 +29,21 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 import zmq.asyncio
 
 from engine.core_proc import run_engine_core
 from engine.errors import EngineDeadError
-from engine.llm_engine import LLMEngine
 from engine.output_processor import OutputProcessor
 from engine.outputs import RequestOutput
 from engine.sampling_params import InvalidRequestError, SamplingParams
 from engine.serial import output_from_wire, pack, params_to_wire, unpack
 from engine.tokenizer import Tokenizer
+
+if TYPE_CHECKING:   # torch: an API process that talks to a core has no use for it
+    from engine.llm_engine import LLMEngine
 
 logger = logging.getLogger("engine.client")
 

@@ -25,14 +25,16 @@ import traceback
 from collections import defaultdict
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from engine.llm_engine import LLMEngine
 from engine.memory import malloc_trim
 from engine.sampling_params import InvalidRequestError
 from engine.serial import output_to_wire, pack, params_from_wire, unpack
+
+if TYPE_CHECKING:   # torch: imported by the builder, not by the API processes that import this module
+    from engine.llm_engine import LLMEngine
 
 logger = logging.getLogger("engine.core")
 

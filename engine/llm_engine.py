@@ -14,10 +14,11 @@ from typing import Any
 
 import torch
 
+from engine.checkpoint import load_tokenizer
 from engine.config import EngineConfig, ModelConfig, ModelLoadError
 from engine.kv_cache import create_kv_cache
 from engine.kv_spec import KVCacheSpec
-from engine.loader import checkpoint_hash, generation_eos_ids, iter_weights, load_model_config, weight_files
+from engine.loader import checkpoint_hash, iter_weights, load_model_config, weight_files
 from engine.metrics import EngineMetrics
 from engine.model_runner import ModelRunner
 from engine.models.llama import LlamaForCausalLM
@@ -270,13 +271,6 @@ def _count_by_priority(seqs: list[Sequence], config: EngineConfig) -> dict[str, 
         counts[str(seq.priority)] = counts.get(str(seq.priority), 0) + 1
     return counts
 
-
-def load_tokenizer(path: str | Path, model_config: ModelConfig | None = None) -> Tokenizer:
-    """The checkpoint's tokenizer with every EOS id the checkpoint names (generation_config and config)."""
-    path = Path(path)
-    model_config = model_config or load_model_config(path)
-    eos_ids = list(dict.fromkeys(generation_eos_ids(path) + model_config.eos_token_ids))
-    return Tokenizer.from_dir(path, eos_ids)
 
 
 def _max_model_len(model_config: ModelConfig, config: EngineConfig) -> int:

@@ -3,27 +3,19 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import torch
 from safetensors import safe_open
 
+from engine.checkpoint import generation_eos_ids, read_json
 from engine.config import ModelConfig, ModelLoadError
+
+__all__ = ["checkpoint_hash", "generation_eos_ids", "iter_weights", "load_model_config", "read_json", "weight_files"]
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ModelLoadError(f"missing checkpoint file: {path}")
-    try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(f"corrupt checkpoint file {path}: {exc}") from exc
 
 
 def load_model_config(path: Path) -> ModelConfig:
@@ -31,15 +23,6 @@ def load_model_config(path: Path) -> ModelConfig:
         return ModelConfig.from_hf_dict(read_json(path / "config.json"))
     except KeyError as exc:
         raise ModelLoadError(f"{path / 'config.json'} lacks required field {exc.args[0]!r}") from exc
-
-
-def generation_eos_ids(path: Path) -> list[int]:
-    """eos_token_id from generation_config.json (may list several, e.g. Llama 3's <|eot_id|>)."""
-    file = path / "generation_config.json"
-    if not file.is_file():
-        return []
-    eos = read_json(file).get("eos_token_id")
-    return [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
 
 
 def weight_files(path: Path) -> list[Path]:

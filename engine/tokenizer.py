@@ -12,7 +12,7 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer as BackendTokenizer
 
-from engine.config import ModelLoadError
+from engine.errors import ModelLoadError
 from engine.sampling_params import InvalidRequestError
 
 

@@ -8,11 +8,14 @@ from knowledge_graphs.registry import (
     activate,
     build_kg,
     clear_cache,
+    keep_snapshots,
     load_kg,
+    load_snapshot,
     packaged_kg,
 )
 
 __all__ = [
     "DOMAINS", "CuratedDataError", "Entity", "Fact", "KnowledgeGraph", "Provenance", "UnknownDomainError",
-    "activate", "build_kg", "clear_cache", "load_kg", "normalise_alias", "packaged_kg",
+    "activate", "build_kg", "clear_cache", "keep_snapshots", "load_kg", "load_snapshot", "normalise_alias",
+    "packaged_kg",
 ]

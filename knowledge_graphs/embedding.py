@@ -16,7 +16,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from knowledge_graphs.minilm import EmbeddingUnavailableError
 from knowledge_graphs.model import normalise_alias
+
+__all__ = ["EmbeddingUnavailableError", "FallbackIndex", "candidate_spans", "load_model"]
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -32,10 +35,6 @@ _STOPWORDS = frozenset(
     "also about after before between take taken takes taking daily dose doses patient patients "
     "should would could tablet tablets twice once".split()
 )
-
-
-class EmbeddingUnavailableError(RuntimeError):
-    """The bundled MiniLM model could not be loaded (package missing or files damaged)."""
 
 
 @lru_cache(maxsize=1)

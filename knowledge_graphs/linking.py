@@ -14,6 +14,7 @@ scored against the KG's surface forms with MiniLM (see `knowledge_graphs.embeddi
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -21,6 +22,7 @@ from typing import Literal
 
 import ahocorasick
 
+from knowledge_graphs import snapshot
 from knowledge_graphs.model import KnowledgeGraph, normalise_alias
 
 # MiniLM cosine between a typo and its word is ~0.6-0.95 (ibuprofin 0.61, metfromin 0.72); unrelated
@@ -182,7 +184,11 @@ class _KGRef:
 def _cached_linker(
     kg_version: str, types: frozenset[str] | None, fallback: bool, min_chars: int, kg_ref: _KGRef,
 ) -> EntityLinker:
-    return EntityLinker(kg_ref.kg, types=types, fallback=fallback, min_chars=min_chars)
+    kg = kg_ref.kg
+    variant = hashlib.sha256(repr((sorted(types) if types is not None else None, fallback, min_chars)).encode())
+    # read back from disk when the KG came from a snapshot (the automaton is most of a start's linking cost)
+    return snapshot.derived(kg, f"linker.{variant.hexdigest()[:12]}", kind=EntityLinker,
+                            build=lambda: EntityLinker(kg, types=types, fallback=fallback, min_chars=min_chars))
 
 
 def get_linker(

@@ -1,5 +1,6 @@
 """`load_kg(domain)`: the domain's knowledge graph this process serves: the packaged graph, built once per
-process, or the version `activate` made current (the packaged graph plus imported overlays)."""
+process (with `keep_snapshots(directory)`, built once per change of its inputs and read back from there,
+`snapshot`), or the version `activate` made current (the packaged graph plus imported overlays)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
+from knowledge_graphs import snapshot
 from knowledge_graphs.curated import DATA_DIR
 from knowledge_graphs.model import KnowledgeGraph
 from knowledge_graphs.sources import finance, legal, medical
@@ -18,6 +20,7 @@ BUILDERS: dict[str, Callable[[Path], DomainData]] = {
     "medical": medical.build,
 }
 DOMAINS: tuple[str, ...] = tuple(sorted(BUILDERS))
+_snapshot_dir: Path | None = None
 
 
 class UnknownDomainError(ValueError):
@@ -32,10 +35,23 @@ def build_kg(domain: str, data_dir: Path = DATA_DIR) -> KnowledgeGraph:
     return KnowledgeGraph(domain, data.entities, data.facts, data_version=data.data_version)
 
 
+def keep_snapshots(directory: Path | None) -> None:
+    """From now on `load_kg` reads built KGs from `directory`, and keeps them there (None: builds them)."""
+    global _snapshot_dir
+    _snapshot_dir = directory
+
+
+def load_snapshot(domain: str, directory: Path) -> KnowledgeGraph:
+    """`domain`'s KG from its snapshot in `directory` (built and kept there when absent or stale), uncached."""
+    if domain not in BUILDERS:   # before any file is named after it
+        raise UnknownDomainError(f"unknown KG domain {domain!r}; known domains: {', '.join(DOMAINS)}")
+    return snapshot.load_kg(domain, directory, lambda: build_kg(domain))
+
+
 @cache
 def packaged_kg(domain: str) -> KnowledgeGraph:
     """The KG `domain` ships with (packages + curated files), built once per process. Treat it as read-only."""
-    return build_kg(domain)
+    return build_kg(domain) if _snapshot_dir is None else load_snapshot(domain, _snapshot_dir)
 
 
 # Per domain, the KG version this process serves when it is not the packaged one (an import's overlays on

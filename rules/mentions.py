@@ -11,10 +11,12 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import ahocorasick
 from wordfreq import zipf_frequency
 
+from knowledge_graphs import snapshot
 from knowledge_graphs.model import Entity, KnowledgeGraph, normalise_alias
 
 # Surface forms this short are mostly noise ("a", "in", "ct") unless written in capitals in the text.
@@ -182,11 +184,13 @@ def _package_derived(entity: Entity) -> bool:
 def is_common_word(form: str) -> bool:
     """A normalised form that is an ordinary English word or phrase (wordfreq, offline data)."""
     return zipf_frequency(form, "en") >= COMMON_WORD_ZIPF
+_RULES_CODE = Path(__file__).parent   # what may shape a finder: read back only while the rules are the same
 
 
 @lru_cache(maxsize=8)
 def _finder(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> MentionFinder:
-    return MentionFinder(kg)
+    # read back from disk when the KG came from a snapshot: building one costs seconds for the medical KG
+    return snapshot.derived(kg, "mentions", lambda: MentionFinder(kg), kind=MentionFinder, code=[_RULES_CODE])
 
 
 def mention_finder(kg: KnowledgeGraph) -> MentionFinder:

@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     import zmq
 
-    from auditor.serving import runtime
+    from auditor.serving.engine_loading import EngineRecipe, check_engine_settings
     from engine.core_proc import EngineCoreProc
 
     settings = load_settings()
@@ -32,12 +32,11 @@ def _run(args: argparse.Namespace) -> int:
     if not path.is_dir():
         raise CliError(f"no model at {path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
     try:
-        runtime.check_engine_settings(settings)
+        check_engine_settings(settings)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    engine = runtime.build_engine(path, list(settings.domains), kg_store=runtime.core_kg_store(settings),
-                                  **runtime.engine_options(settings))
+    engine = EngineRecipe(settings)()
     try:
         core = EngineCoreProc(engine, address)
     except zmq.ZMQError as exc:   # a bad or busy address

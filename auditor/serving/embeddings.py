@@ -67,17 +67,16 @@ class EmbeddingService:
 
     def _encode(self, texts: list[str], dimensions: int | None) -> tuple[np.ndarray, int]:
         model = self.model
-        size = (getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension)()
+        size = model.dimension
         if dimensions is not None and dimensions != size:
             raise BadRequest(f"{EMBEDDING_MODEL_ID} writes {size}-dimensional vectors; it was not trained to be "
                              "shortened, so dimensions must be omitted or equal", param="dimensions")
-        counts = [len(ids) for ids in model.tokenizer(texts, add_special_tokens=True)["input_ids"]]
+        counts = model.token_counts(texts)
         too_long = [i for i, count in enumerate(counts) if count > MAX_INPUT_TOKENS]
         if too_long:
             raise BadRequest(f"input {too_long[0]} has {counts[too_long[0]]} tokens; {EMBEDDING_MODEL_ID} reads at "
                              f"most {MAX_INPUT_TOKENS}", param="input")
-        vectors = model.encode(texts, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)
-        return np.asarray(vectors, dtype=np.float32), sum(counts)
+        return model.encode(texts), sum(counts)
 
     def _record(self, audit_id: str, context: RequestContext, texts: list[str], vectors: np.ndarray, tokens: int,
                 encoding_format: str, user: str | None, seconds: float) -> NewRecord:
@@ -101,9 +100,9 @@ class EmbeddingService:
 
 
 def _load_minilm() -> Any:
-    from knowledge_graphs.embedding import load_model  # torch + sentence-transformers: loaded on first use
+    from knowledge_graphs.minilm import load_encoder  # loaded already when the domain detector is
 
-    return load_model()
+    return load_encoder()
 
 
 @functools.cache

@@ -3,149 +3,40 @@ the domain KGs (for entity linking) and the rule-pack validators (the output gat
 
 from __future__ import annotations
 
-import functools
-import gc
 import logging
-import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from auditor.gate.gate import GateDecision, Verification
 from auditor.packs.source import PackSource
+from auditor.serving.engine_loading import (  # noqa: F401 - where callers have always found them
+    EngineLoadError,
+    KgStoreFollow,
+    build_engine,
+    check_engine_settings,
+    core_kg_store,
+    engine_config,
+    engine_options,
+    load_engine,
+)
 from auditor.serving.knowledge import KgConstraint
-from auditor.settings import Settings
-from engine.async_engine import AsyncLLMEngine
-from engine.config import EngineConfig
-from engine.core_client import EngineCoreClient
-from engine.kv_spec import KVCacheSpec
-from engine.llm_engine import LLMEngine, load_tokenizer
-from engine.loader import load_model_config
-from engine.memory import malloc_trim
-from engine.processors.json_mode import JsonModeProcessor
-from engine.processors.logit_bias import LogitBiasProcessor
-from knowledge_graphs import KnowledgeGraph, load_kg
-from knowledge_graphs.decoding.constraint import DOMAIN_DEFAULTS, KGConstraintProcessor, allowed_entities
-from knowledge_graphs.decoding.constraint_masks import CacheLimits
+from knowledge_graphs import KnowledgeGraph, keep_snapshots, load_kg
 from knowledge_graphs.detection import DomainDetector
 from knowledge_graphs.linking import get_linker
-from knowledge_graphs.registry import build_kg
+from knowledge_graphs.neighbourhood import DOMAIN_DEFAULTS, allowed_entities
 from rules import EmptyTextError, Report, RulePack, load_pack
 from rules import verify as rules_verify
 
 logger = logging.getLogger("auditor")
 
 
-class EngineLoadError(RuntimeError):
-    """The inference engine could not be loaded (no model at the configured path, unreadable checkpoint)."""
-
-
-def load_kgs(domains: Iterable[str]) -> dict[str, KnowledgeGraph]:
+def load_kgs(domains: Iterable[str], *, snapshot_dir: Path | None = None) -> dict[str, KnowledgeGraph]:
+    """The shared KGs (`load_kg`: the embedded worker's scoring finds the same objects). snapshot_dir: read
+    them, and the linkers and mention automata built from them, from snapshots there (written when absent)."""
+    if snapshot_dir is not None:
+        keep_snapshots(snapshot_dir)
     return {domain: load_kg(domain) for domain in domains}
-
-
-def engine_options(settings: Settings) -> dict[str, Any]:
-    """build_engine's keyword arguments from the settings: cache limits, the index cache, the engine config
-    (threads, dtype, batch size, priority aging, KV cache)."""
-    return {"limits": CacheLimits(views=settings.kg_constraint_views,
-                                  masks_per_view=settings.kg_constraint_masks_per_view,
-                                  shared_per_domain=settings.kg_constraint_shared_per_domain),
-            "index_cache_dir": settings.index_cache_dir, "config": engine_config(settings)}
-
-
-def engine_config(settings: Settings) -> EngineConfig:
-    config = EngineConfig(num_threads=settings.engine_threads, dtype=settings.engine_dtype,
-                          kv_cache_dtype=settings.kv_cache_dtype,
-                          kv_cache_strategy=settings.kv_cache_strategy, kv_cache_cold_dir=str(settings.kv_cache_cold_dir),
-                          kv_cache_cold_bytes=settings.kv_cache_cold_bytes)
-    if settings.engine_max_num_seqs is not None:
-        config.max_num_seqs = settings.engine_max_num_seqs
-    if settings.engine_aging_seconds is not None:
-        config.aging_seconds = settings.engine_aging_seconds
-    return config
-
-
-def check_engine_settings(settings: Settings) -> None:
-    """Raise ValueError naming the setting when the engine settings cannot work (with this model), so that
-    `auditor serve` refuses them in one line before it starts. A missing checkpoint is the engine's to report."""
-    config = engine_config(settings)
-    config.validate()
-    if config.kv_cache_strategy == "tiered":
-        cold_dir = settings.kv_cache_cold_dir
-        try:
-            cold_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ValueError(f"kv_cache_cold_dir {cold_dir}: cannot create it ({exc.strerror})") from None
-        if not os.access(cold_dir, os.W_OK):
-            raise ValueError(f"kv_cache_cold_dir {cold_dir} is not writable")
-    path = settings.resolved_model_path()
-    if (path / "config.json").is_file():
-        model_config = load_model_config(path)
-        KVCacheSpec.from_configs(model_config, config, model_config.torch_dtype)
-
-
-@dataclass(frozen=True, slots=True)
-class KgStoreFollow:
-    """Where an engine core in its own process follows the store's KG versions (imports, rollbacks), so that its
-    KG-constraint processor gets them without a restart, as the API process's linking and validators do."""
-
-    database_url: str
-    refresh_s: float
-
-
-def core_kg_store(settings: Settings) -> KgStoreFollow:
-    return KgStoreFollow(settings.database_url, settings.kg_refresh_s or 5.0)
-
-
-def build_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], *,
-                 limits: CacheLimits | None = None, index_cache_dir: Path | None = None,
-                 config: EngineConfig | None = None, kg_store: KgStoreFollow | None = None) -> LLMEngine:
-    """The engine for a checkpoint folder, with JSON mode and one KG-constraint processor for all domains.
-
-    Module-level and picklable with its arguments: it is what the engine-core process runs to build its
-    engine. `kgs` may be domain names, loaded here (in that process) rather than sent across. With `kg_store`
-    (an engine core in its own process) the constraint follows the store's KG versions from here."""
-    if not path.is_dir():
-        raise EngineLoadError(f"no model at {path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
-    if not isinstance(kgs, Mapping):   # built, not taken from load_kg's cache: freed once compiled
-        kgs = {domain: build_kg(domain) for domain in kgs}
-    model_config = load_model_config(path)
-    tokenizer = load_tokenizer(path, model_config)
-    processors = [
-        JsonModeProcessor(tokenizer.backend, vocab_size=model_config.vocab_size, eos_token_ids=tokenizer.eos_token_ids),
-        KGConstraintProcessor(tokenizer, vocab_size=model_config.vocab_size, eos_token_ids=tokenizer.eos_token_ids,
-                              kgs=dict(kgs), limits=limits, index_cache_dir=index_cache_dir),
-        LogitBiasProcessor(model_config.vocab_size),
-    ]
-    domains = list(kgs)
-    del kgs
-    if kg_store is not None:
-        _follow_kg_versions_in_core(kg_store, domains, processors[1])
-    engine = LLMEngine.from_pretrained(path, config, logits_processors=processors)
-    gc.collect()
-    malloc_trim()   # what building the KGs and compiling left behind
-    return engine
-
-
-def load_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], *, process: bool = False,
-                address: str | None = None, limits: CacheLimits | None = None, index_cache_dir: Path | None = None,
-                config: EngineConfig | None = None,
-                kg_store: KgStoreFollow | None = None) -> AsyncLLMEngine | EngineCoreClient:
-    """The async engine: in this process (`process=False`); an engine core in its own process, launched now
-    and ready once `await engine.start()` returns (meanwhile the caller may load other things); or, with
-    `address`, a client of a core that runs on its own there (`auditor engine-core`)."""
-    if not path.is_dir():
-        raise EngineLoadError(f"no model at {path}: set AUDITOR_MODEL_PATH to a Hugging Face-style model folder")
-    if address is not None:
-        return EngineCoreClient.connect(address, load_tokenizer(path))
-    build = functools.partial(build_engine, path, kgs, limits=limits, index_cache_dir=index_cache_dir, config=config)
-    if not process:   # in this process: the API's own KG follower reaches the processor (`kg_listeners`)
-        return AsyncLLMEngine(build())
-    build = functools.partial(build, kg_store=kg_store)
-    client = EngineCoreClient(build, load_tokenizer(path))
-    client.launch()
-    return client
 
 
 def load_detector(kgs: Mapping[str, KnowledgeGraph], *, threshold: float) -> DomainDetector:
@@ -161,6 +52,15 @@ class KgKnowledge:
     def __init__(self, kgs: Mapping[str, KnowledgeGraph]) -> None:
         self.kgs = dict(kgs)
 
+    def warm_up(self) -> None:
+        """Build (or read back) each domain's linker now, not inside the first request that names the domain."""
+        for domain in self.kgs:
+            self._linker(domain)
+
+    def _linker(self, domain: str) -> Any:
+        defaults = DOMAIN_DEFAULTS.get(domain)
+        return get_linker(self.kgs[domain], defaults.types if defaults else None)
+
     def kg_version(self, domain: str) -> str | None:
         kg = self.kgs.get(domain)
         return kg.version if kg is not None else None
@@ -173,9 +73,7 @@ class KgKnowledge:
         kg = self.kgs.get(domain)
         if kg is None:
             return None
-        defaults = DOMAIN_DEFAULTS.get(domain)
-        linker = get_linker(kg, defaults.types if defaults else None)
-        anchors = list(dict.fromkeys(m.entity_id for m in linker.link(prompt)))
+        anchors = list(dict.fromkeys(m.entity_id for m in self._linker(domain).link(prompt)))
         allowed = sorted(allowed_entities(kg, anchors)) if anchors else []
         return KgConstraint(domain, kg.version, anchors, allowed)
 
@@ -270,8 +168,12 @@ def kg_listeners(engine: Any, verifier: Any, knowledge: Any) -> list[Callable[[K
     """What a new KG version must reach in this process, in order: its indexes built (linker, validators),
     the decoding constraint's masks when the engine runs in this process, then linking and the output gate.
     An engine core in its own process follows the store itself (`KgStoreFollow`)."""
-    processors = [p for p in getattr(getattr(engine, "engine", None), "processors", [])
-                  if isinstance(p, KGConstraintProcessor)]
+    in_process = getattr(getattr(engine, "engine", None), "processors", None)
+    processors = []
+    if in_process:   # an engine in this process (torch is loaded already): its constraint gets new versions
+        from knowledge_graphs.decoding.constraint import KGConstraintProcessor
+
+        processors = [p for p in in_process if isinstance(p, KGConstraintProcessor)]
 
     def warm(kg: KnowledgeGraph) -> None:
         defaults = DOMAIN_DEFAULTS.get(kg.domain)
@@ -290,19 +192,3 @@ def kg_listeners(engine: Any, verifier: Any, knowledge: Any) -> list[Callable[[K
                 use(kg)
 
     return [warm, constrain, serve]
-
-
-def _follow_kg_versions_in_core(store: KgStoreFollow, domains: list[str], processor: KGConstraintProcessor) -> None:
-    """In an engine core's own process: register each new KG version with the constraint processor. Until it
-    has, requests linked under the newer version carry entity ids it does not hold; it drops those
-    (`kg_version` differs) instead of refusing the request."""
-    from auditor.kg.live import LiveKnowledgeGraphs
-    from auditor.store.database import Database
-
-    live = LiveKnowledgeGraphs(Database(store.database_url), domains, refresh_s=store.refresh_s,
-                               listeners=[lambda kg: processor.register(kg, domain=kg.domain)])
-    try:
-        live.refresh()
-    except Exception:   # the store may not be migrated yet: the follower retries
-        logger.exception("engine core: could not read the KG versions in the store yet")
-    live.start()

@@ -22,13 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import xgrammar as xgr
-
-from engine.processors.json_mode import COMPACT_MAX_WHITESPACE
-
-# Tool arguments: at most one whitespace character in a row (XGrammar's tightest bound for tags).
-ARGUMENT_MAX_WHITESPACE = COMPACT_MAX_WHITESPACE
-
 
 class ToolsUnsupported(ValueError):
     """This checkpoint's chat template cannot render tools, or its call syntax is unknown."""
@@ -118,10 +111,17 @@ class ToolRequest:
 
     def response_format(self) -> dict[str, Any]:
         """The structural tag the engine constrains the output with."""
+        # Imported here, by the first request with tools: XGrammar imports torch, which an API process that
+        # talks to an engine core otherwise never loads (~0.15 GB and a second of its start).
+        import xgrammar as xgr
+
+        # tool arguments as compact as JSON mode's: at most one whitespace character in a row
+        from engine.processors.json_mode import COMPACT_MAX_WHITESPACE
+
         try:
             tag = xgr.get_model_structural_tag(
                 self.dialect.xgrammar_model, tools=self.tools, tool_choice=self.choice, reasoning="disabled",
-                max_whitespace_cnt=ARGUMENT_MAX_WHITESPACE, parallel_tool_calls=self.parallel)
+                max_whitespace_cnt=COMPACT_MAX_WHITESPACE, parallel_tool_calls=self.parallel)
         except ValueError as exc:
             raise ToolsUnsupported(f"tools or tool_choice cannot be used: {exc}") from exc
         return {"type": "structural_tag", "format": tag.model_dump(mode="json")["format"]}

@@ -243,13 +243,11 @@ class JsonModeProcessor(LogitsProcessor):
     def for_checkpoint(cls, path: str | Path, **kwargs: Any) -> JsonModeProcessor:
         """The processor for a Hugging Face checkpoint folder, with the vocabulary width and EOS ids
         that `LLMEngine.from_pretrained` derives for the same folder."""
-        from engine.loader import generation_eos_ids, load_model_config
-        from engine.tokenizer import Tokenizer as EngineTokenizer
+        from engine.checkpoint import load_tokenizer
+        from engine.loader import load_model_config
 
-        path = Path(path)
-        model_config = load_model_config(path)
-        eos_ids = list(dict.fromkeys(generation_eos_ids(path) + model_config.eos_token_ids))
-        tokenizer = EngineTokenizer.from_dir(path, eos_ids)
+        model_config = load_model_config(Path(path))
+        tokenizer = load_tokenizer(path, model_config)
         return cls(tokenizer.backend, vocab_size=model_config.vocab_size, eos_token_ids=tokenizer.eos_token_ids, **kwargs)
 
     # ---- grammars ------------------------------------------------------------------------------

@@ -123,11 +123,9 @@ class DomainDetector:
         return self.classifier.version
 
     def embed(self, pieces: list[str]) -> np.ndarray:
-        from knowledge_graphs.embedding import load_model
+        from knowledge_graphs.minilm import load_encoder  # numpy, no torch: see knowledge_graphs.minilm
 
-        vectors = load_model().encode(pieces, normalize_embeddings=True, convert_to_numpy=True,
-                                      batch_size=32, show_progress_bar=False)
-        return np.asarray(vectors, dtype=np.float32)               # [n, dim]
+        return load_encoder().encode(pieces)               # [n, dim], unit length
 
     def start(self, prompt: str | None = None) -> DetectionState:
         state = DetectionState(self, np.zeros(self._dim, dtype=np.float32))

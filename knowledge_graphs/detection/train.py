@@ -41,13 +41,13 @@ def featurise(texts: list[str]) -> np.ndarray:
     """[n, dim + n_kg_features]: each text as the detector sees it."""
     from knowledge_graphs import load_kg
     from knowledge_graphs.detection.detector import split_for_detection
-    from knowledge_graphs.embedding import load_model
+    from knowledge_graphs.minilm import load_encoder
 
     evidence = KgEvidence({d: load_kg(d) for d in DOMAINS})
-    model = load_model()
+    model = load_encoder()   # the detector's own encoder, so training sees the vectors serving will
     rows = []
     for text in texts:
-        vectors = model.encode(split_for_detection(text), normalize_embeddings=True, show_progress_bar=False)
+        vectors = model.encode(split_for_detection(text))
         mean = vectors.sum(axis=0)
         mean /= max(float(np.linalg.norm(mean)), 1e-9)
         rows.append(np.concatenate([mean, kg_feature_vector(feature_counts(evidence.hits(text)))]))

@@ -54,10 +54,12 @@ def test_serve_binds_loopback_without_keys(monkeypatch: pytest.MonkeyPatch, tmp_
     import uvicorn
 
     from auditor.cli import main
+    from auditor.serving import engine_loading
     from auditor.settings import get_settings
 
     calls = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.update(kwargs))
+    monkeypatch.setattr(engine_loading, "start_engine_core", lambda settings: None)   # no model to load here
     monkeypatch.setenv("AUDITOR_DATABASE_URL", f"sqlite:///{tmp_path / 'serve.db'}")
     monkeypatch.setenv("AUDITOR_MODEL_PATH", str(tmp_path))
     get_settings.cache_clear()
@@ -96,3 +98,21 @@ def test_serve_without_a_model_is_a_one_line_error(monkeypatch: pytest.MonkeyPat
     finally:
         get_settings.cache_clear()
     assert capsys.readouterr().err.startswith("auditor serve: error: no model at")
+
+
+def test_serve_with_a_folder_that_is_no_checkpoint_is_a_one_line_error(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from auditor.cli import main
+    from auditor.settings import get_settings
+
+    (tmp_path / "model").mkdir()   # a folder, but no config.json or tokenizer.json: refused before a core starts
+    monkeypatch.setenv("AUDITOR_DATABASE_URL", f"sqlite:///{tmp_path / 'serve.db'}")
+    monkeypatch.setenv("AUDITOR_MODEL_PATH", str(tmp_path / "model"))
+    get_settings.cache_clear()
+    try:
+        assert main(["serve"]) == 2
+    finally:
+        get_settings.cache_clear()
+    err = capsys.readouterr().err
+    assert err.startswith("auditor serve: error: cannot load the model at") and "config.json" in err
+    assert len(err.strip().splitlines()) == 1

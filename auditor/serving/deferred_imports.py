@@ -1,0 +1,74 @@
+"""Modules whose import is expensive and whose first use is rare, imported after the rest of the service has
+loaded rather than on the way to `/ready`.
+
+simple-icd-10-cm parses the whole ICD-10-CM XML table when it is imported (1.4 CPU seconds, a third of an API
+process's start), and the validators use it only for sentences that quote an ICD-10-CM code. `defer()` puts a
+stand-in into `sys.modules` before the validators import it; the stand-in imports the real module on its first
+attribute access (whichever thread asks first, the others wait on the same lock), and `load_deferred()`, run by
+`auditor serve` on a background thread once its own loading is done and while the engine core still loads, does
+it ahead of any request. importlib's LazyLoader does the same but is not thread-safe in Python 3.11.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import threading
+import types
+from collections.abc import Iterable
+from typing import Any
+
+DEFERRED = ("simple_icd_10_cm",)
+
+
+class _Deferred(types.ModuleType):
+    """Stands in for module `name` until its first attribute access, then delegates to the real one."""
+
+    def __init__(self, spec: importlib.machinery.ModuleSpec) -> None:
+        super().__init__(spec.name)
+        # what finding the module or a submodule reads, without loading it (find_spec, `import name.sub`)
+        self.__spec__, self.__file__ = spec, spec.origin
+        if spec.submodule_search_locations is not None:
+            self.__path__ = list(spec.submodule_search_locations)
+        self._real: types.ModuleType | None = None
+        self._lock = threading.Lock()
+
+    def __getattr__(self, attribute: str) -> Any:   # only for attributes the stand-in itself lacks
+        if attribute.startswith("__") and attribute.endswith("__"):
+            raise AttributeError(attribute)   # import machinery and introspection: not worth a load
+        return getattr(self.load(), attribute)
+
+    def load(self) -> types.ModuleType:
+        real = self._real
+        if real is not None:
+            return real
+        with self._lock:
+            if self._real is None:
+                if sys.modules.get(self.__name__) is self:
+                    del sys.modules[self.__name__]   # so that the import below runs the real module
+                self._real = importlib.import_module(self.__name__)
+            return self._real
+
+
+def defer(names: Iterable[str] = DEFERRED) -> None:
+    """Stand-ins for `names` (those not imported yet), so that importing them costs nothing until first use."""
+    for name in names:
+        spec = importlib.util.find_spec(name) if name not in sys.modules else None
+        if spec is not None:
+            sys.modules[name] = _Deferred(spec)
+
+
+def load_deferred() -> None:
+    """Import every deferred module now (`defer`'s stand-ins; a module imported for real is left alone)."""
+    for module in list(sys.modules.values()):
+        if isinstance(module, _Deferred):
+            module.load()
+
+
+def start_loading_deferred() -> threading.Thread:
+    """`load_deferred` on a daemon thread (it holds the GIL most of the time: start it once the ready path
+    of this process is done)."""
+    thread = threading.Thread(target=load_deferred, name="auditor-deferred-imports", daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,64 @@
+"""The demo, start to end: start the service, send the scripted requests, play the four scenes, hand the
+report to the caller while the service is still up (`--serve` keeps it there), stop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from auditor.demo.blocked import BlockedResult, ask_and_show_block
+from auditor.demo.kg_constraint import ConstraintResult, constraint_off_and_on
+from auditor.demo.reaudit import ReauditResult, import_and_reaudit
+from auditor.demo.script import DemoResult, ScriptedRequest, send
+from auditor.demo.service import running_service, sqlite_path
+from auditor.demo.tamper import TamperResult, tamper_and_verify
+from auditor.settings import Settings
+
+SCENE_DOMAIN = "finance"   # every scene runs on the finance KG, which loads in seconds
+
+# Scene 1: a question whose greedy answer, unconstrained, names a currency outside the question's KG
+# neighbourhood (the bundled model's most frequent kind of wrong entity). Scene 2: a question the bundled
+# model answers with a wrong threshold under greedy decoding. Both are written for the demo, not taken from
+# the benchmark sets.
+CONSTRAINT_REQUEST = ScriptedRequest(SCENE_DOMAIN, "fin-risk", "PLACEHOLDER")
+BLOCKED_REQUEST = ScriptedRequest(SCENE_DOMAIN, "fin-risk", "PLACEHOLDER")
+
+# What someone with write access to the database would put in place of the blocked answer.
+TAMPERED_OUTPUT = "The answer was correct and was released to the client."
+
+
+@dataclass(slots=True)
+class DemoReport:
+    scripted: list[DemoResult] = field(default_factory=list)
+    constraint: ConstraintResult | None = None
+    blocked: BlockedResult | None = None
+    reaudit: ReauditResult | None = None
+    tamper: TamperResult | None = None
+
+
+Step = Callable[[str], None]          # told what the demo is doing now
+Done = Callable[[DemoReport, str], None]   # the report and the base URL, while the service is up
+
+
+def run_demo(settings: Settings, requests: list[ScriptedRequest], *, max_tokens: int = 160,
+             startup_timeout: float = 600.0, step: Step | None = None, done: Done | None = None) -> DemoReport:
+    """Start the service, send `requests`, play the scenes, call `done`, stop the service."""
+    say = step or (lambda _message: None)
+    report = DemoReport()
+    with running_service(settings, startup_timeout=startup_timeout) as base_url, \
+            httpx.Client(base_url=base_url, timeout=300) as client:
+        say(f"sending {len(requests)} scripted request(s) ...")
+        report.scripted = [send(client, request, max_tokens=max_tokens) for request in requests]
+        say("1/4 the KG constraint: the same question with the constraint off and on ...")
+        report.constraint = constraint_off_and_on(client, settings, CONSTRAINT_REQUEST, max_tokens=max_tokens)
+        say("2/4 a wrong answer at the output gate ...")
+        report.blocked = ask_and_show_block(client, BLOCKED_REQUEST, max_tokens=max_tokens)
+        say("3/4 another LLM's answers: import, a new KG version, re-audit ...")
+        report.reaudit = import_and_reaudit(client, settings, sqlite_path(settings).parent)
+        say("4/4 a tampered copy of the trail and `auditor audit verify-chain` ...")
+        report.tamper = tamper_and_verify(settings, record_id=report.blocked.audit_id, replacement=TAMPERED_OUTPUT)
+        if done is not None:
+            done(report, base_url)
+    return report

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from auditor.demo.blocked import BlockedResult
-from auditor.demo.kg_constraint import ConstraintResult, Mention
+from auditor.demo.kg_constraint import SEED, ConstraintResult, Mention
 from auditor.demo.reaudit import OTHER_MODEL, ReauditResult, Verdicts
 from auditor.demo.run import DemoReport
 from auditor.demo.script import DemoResult
@@ -43,22 +43,23 @@ def render_constraint(result: ConstraintResult, console: Any) -> None:
     from rich.table import Table
 
     _heading(console, "1. The KG constraint keeps a wrong entity out of the answer")
-    console.print(f"Question ({result.request.domain}, greedy decoding, seed 7): {result.request.question}\n"
+    console.print(f"Question ({result.request.domain}, greedy decoding, seed {SEED}): {result.request.question}\n"
                   f"Linked in the question: {', '.join(result.anchors)}; the answer may name {result.allowed_count} "
                   "entities of the constrained types (their KG neighbourhood).", soft_wrap=True)
     table = Table(show_lines=True)
-    table.add_column("constraint off (the bundled model in this process, no KG processor)", overflow="fold", ratio=1)
-    table.add_column(f"constraint on (the service; audit {result.audit_id})", overflow="fold", ratio=1)
+    table.add_column("constraint off: the bundled model in this process, no KG processor", overflow="fold", ratio=1)
+    table.add_column("constraint on: the same request to the service", overflow="fold", ratio=1)
     table.add_row(_one_line(result.off_text), _one_line(result.on_text))
     table.add_row(_outside(result.off_outside), _outside(result.on_outside))
     console.print(table)
-    if result.blocked_events:
-        lines = [f"  token {e.get('position')}: blocked {', '.join((e.get('data') or {}).get('blocked_entity_ids') or [])}"
-                 for e in result.blocked_events]
-        console.print(f"The audit record's KG events (kg_events, kind \"blocked\"), {len(lines)} intervention(s):\n"
-                      + "\n".join(lines), soft_wrap=True)
-    else:
-        console.print("The audit record shows no blocked token: the constraint did not have to intervene this time.")
+    console.print(f"The service's audit record {result.audit_id}, kg_events:", soft_wrap=True)
+    for event in result.blocked_events:
+        blocked = ", ".join((event.get("data") or {}).get("blocked_entity_ids") or [])
+        console.print(f"  token {event.get('position')}: blocked {blocked}", soft_wrap=True)
+    if not result.blocked_events:
+        console.print("  no \"blocked\" event: the constraint did not have to intervene this time")
+    console.print("The constraint stops the model naming an entity outside the question's neighbourhood; it does not "
+                  "make a 5M-parameter model fluent: the blocked name turns into other words.", soft_wrap=True)
 
 
 def render_blocked(result: BlockedResult, console: Any) -> None:

@@ -18,12 +18,12 @@ from auditor.settings import Settings
 
 SCENE_DOMAIN = "finance"   # every scene runs on the finance KG, which loads in seconds
 
-# Scene 1: a question whose greedy answer, unconstrained, names a currency outside the question's KG
-# neighbourhood (the bundled model's most frequent kind of wrong entity). Scene 2: a question the bundled
-# model answers with a wrong threshold under greedy decoding. Both are written for the demo, not taken from
-# the benchmark sets.
-CONSTRAINT_REQUEST = ScriptedRequest(SCENE_DOMAIN, "fin-risk", "PLACEHOLDER")
-BLOCKED_REQUEST = ScriptedRequest(SCENE_DOMAIN, "fin-risk", "PLACEHOLDER")
+# Written for the demo (not taken from the benchmark sets), each checked under greedy decoding with the bundled
+# model. Scene 1: unconstrained, the model answers about another country (the kind of wrong entity it names most
+# often); the question's neighbourhood is India and the list's members. Scene 2: a wrong list membership that the
+# constraint cannot prevent (both entities are in the question), so the output gate has to.
+CONSTRAINT_REQUEST = ScriptedRequest(SCENE_DOMAIN, "fin-risk", "Is India on the FATF call for action list?")
+BLOCKED_REQUEST = ScriptedRequest(SCENE_DOMAIN, "fin-risk", "Is Monaco on the FATF call for action list?")
 
 # What someone with write access to the database would put in place of the blocked answer.
 TAMPERED_OUTPUT = "The answer was correct and was released to the client."

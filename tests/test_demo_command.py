@@ -1,8 +1,8 @@
 """`auditor demo`: the real service on the embedded defaults, requests through HTTP, records in the store.
 
-The slow test runs the finance part of the quick script and the four scenes (all on the finance KG, which
-loads in seconds; the medical one takes a minute of CPU) against the bundled model, then checks what it
-printed against the records, evaluations and re-audit jobs it left in the store.
+The slow test runs the finance part of the quick script and the four scenes (on the finance and medical KGs)
+against the bundled model, then checks what it printed against the records, evaluations and re-audit jobs it
+left in the store.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ def test_quick_script_has_one_request_per_domain() -> None:
 @pytest.mark.timeout(1200)
 def test_demo_shows_what_the_product_catches_and_the_trail_holds_it(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    """One run of the demo (finance only: the scenes run on the finance KG). What it printed is checked against
-    the records it left: a constraint-prevented entity, a blocked answer, a re-audit that changed verdicts and a
-    tampered copy that verification rejects, each found in the store, not in the text."""
+    """One run of the demo (the finance part of the quick script; the scenes load finance and medical). What it
+    printed is checked against the records it left: a constraint-prevented entity, a blocked answer, a re-audit
+    that changed verdicts and a tampered copy that verification rejects, each found in the store, not in the text."""
     if not (BUNDLED / "model.safetensors").is_file():
         pytest.skip("the bundled demo model has not been trained yet (python -m scripts.train_demo_model)")
     assert main(["demo", "--quick", "--domains", "finance", "--dir", str(tmp_path), "--max-tokens", "96"]) == 0
@@ -71,15 +71,15 @@ def _assert_constraint_prevented_an_entity(records: list[AuditRecord], out: str)
     from knowledge_graphs import load_kg
     from knowledge_graphs.linking import get_linker
 
-    kg = load_kg("finance")
-    linker = get_linker(kg)
     found = []
     for record in records:
         blocked = [e for e in record.kg_events or [] if e.get("kind") == "blocked"]
         if record.endpoint != "chat" or not blocked:
             continue
+        kg = load_kg(record.domain)
+        linker = get_linker(kg)
         question = json.loads(record.prompt)[-1]["content"]
-        allowed = set(KgKnowledge({"finance": kg}).constraint_for("finance", question).allowed_entity_ids)
+        allowed = set(KgKnowledge({record.domain: kg}).constraint_for(record.domain, question).allowed_entity_ids)
         named = {i for m in linker.link(record.output or "") for i in m.candidate_ids}
         prevented = {i for e in blocked for i in e["data"]["blocked_entity_ids"]} - allowed - named
         if prevented:

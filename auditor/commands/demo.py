@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--quick", action="store_true", help="one scripted request per domain instead of the full script")
     parser.add_argument("--domains", nargs="+", choices=("finance", "legal", "medical"),
                         help="only the scripted requests of these domains (default: all three; the scenes always "
-                             "use finance)")
+                             "load finance and medical)")
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR,
                         help="folder for the demo's SQLite audit store, made afresh on each run (default: ./var/demo)")
     parser.add_argument("--model", type=Path, help="checkpoint folder (default: the bundled demo model)")
@@ -34,7 +34,7 @@ def _demo(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from auditor.demo import (
-        SCENE_DOMAIN,
+        SCENE_DOMAINS,
         DemoError,
         DemoReport,
         console_key,
@@ -53,7 +53,7 @@ def _demo(args: argparse.Namespace) -> int:
     # Piped or in CI there is no terminal width: rich would squeeze the tables into 80 columns.
     console = Console() if sys.stdout.isatty() else Console(width=160)
     requests = scripted_requests(quick=args.quick, domains=args.domains)
-    domains = sorted({r.domain for r in requests} | {SCENE_DOMAIN})
+    domains = sorted({r.domain for r in requests} | set(SCENE_DOMAINS))
     try:
         prepare_workdir(args.dir, demo_default=args.dir == DEFAULT_DIR)
     except (DemoError, OSError) as exc:

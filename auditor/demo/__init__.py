@@ -7,7 +7,7 @@ version, a re-audit that changes their verdicts) and `tamper` (a tampered copy o
 `auditor audit verify-chain`); `run` plays them in order and `render` prints the report.
 """
 
-from auditor.demo.run import SCENE_DOMAIN, DemoReport, run_demo
+from auditor.demo.run import SCENE_DOMAINS, DemoReport, run_demo
 from auditor.demo.script import SCRIPT, DemoResult, ScriptedRequest, scripted_requests
 from auditor.demo.service import (
            DemoError,
@@ -18,5 +18,5 @@ from auditor.demo.service import (
            sqlite_path,
 )
 
-__all__ = ["SCENE_DOMAIN", "SCRIPT", "DemoError", "DemoReport", "DemoResult", "ScriptedRequest", "console_key", "demo_settings",
+__all__ = ["SCENE_DOMAINS", "SCRIPT", "DemoError", "DemoReport", "DemoResult", "ScriptedRequest", "console_key", "demo_settings",
            "free_port", "prepare_workdir", "run_demo", "scripted_requests", "sqlite_path"]

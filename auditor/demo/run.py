@@ -16,14 +16,14 @@ from auditor.demo.service import running_service, sqlite_path
 from auditor.demo.tamper import TamperResult, tamper_and_verify
 from auditor.settings import Settings
 
-SCENE_DOMAIN = "finance"   # every scene runs on the finance KG, which loads in seconds
+SCENE_DOMAINS = ("finance", "medical")   # the KGs the scenes need, loaded whatever --domains says
 
 # Written for the demo (not taken from the benchmark sets), each checked under greedy decoding with the bundled
 # model. Scene 1: unconstrained, the model answers about another country (the kind of wrong entity it names most
-# often); the question's neighbourhood is India and the list's members. Scene 2: a wrong list membership that the
-# constraint cannot prevent (both entities are in the question), so the output gate has to.
-CONSTRAINT_REQUEST = ScriptedRequest(SCENE_DOMAIN, "fin-risk", "Is India on the FATF call for action list?")
-BLOCKED_REQUEST = ScriptedRequest(SCENE_DOMAIN, "fin-risk", "Is Monaco on the FATF call for action list?")
+# often); the question's neighbourhood is India and the list's members. Scene 2: a wrong maximum dose (the label
+# says 40 mg), which the constraint cannot prevent (a number is not an entity), so the output gate has to.
+CONSTRAINT_REQUEST = ScriptedRequest("finance", "fin-risk", "Is India on the FATF call for action list?")
+BLOCKED_REQUEST = ScriptedRequest("medical", "medical-diagnosis", "What is the maximum daily dose of Citalopram for adults?")
 
 # What someone with write access to the database would put in place of the blocked answer.
 TAMPERED_OUTPUT = "The answer was correct and was released to the client."

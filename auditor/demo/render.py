@@ -66,7 +66,7 @@ def render_blocked(result: BlockedResult, console: Any) -> None:
     _heading(console, "2. A wrong answer, contradicted and blocked by the output gate")
     console.print(f"Question ({result.request.domain}, greedy decoding): {result.request.question}\n"
                   f"The model said:      {_one_line(result.model_output)}\n"
-                  f"The client received: {_one_line(result.delivered)}\n"
+                  f"The client received: {_one_line(result.delivered) if result.delivered.strip() else '(nothing: the gate withheld the only sentence)'}\n"
                   f"Gate: {result.gate_action} (rule {', '.join(dict.fromkeys(result.rule_ids)) or '-'}); "
                   f"audit {result.audit_id}", soft_wrap=True)
     for claim in result.contradicted:

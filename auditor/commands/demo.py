@@ -31,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    started = time.monotonic()
     from rich.console import Console
 
     from auditor.demo import (
@@ -62,7 +63,6 @@ def _demo(args: argparse.Namespace) -> int:
     console.print(f"Starting the service on 127.0.0.1:{settings.port} (audit store {settings.database_url}); "
                   f"loading the model and the {', '.join(domains)} knowledge graphs takes a minute or two ...",
                   soft_wrap=True)
-    started = time.monotonic()
 
     def done(report: DemoReport, base_url: str) -> None:
         render(report, settings, console)

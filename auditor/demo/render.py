@@ -104,9 +104,9 @@ def render_reaudit(result: ReauditResult, console: Any) -> None:
     fer_after = (result.summary.get("fer_after") or {}).get("mean")
     claim_changes = (result.summary.get("verdict_changes") or {}).get("total", 0)
     console.print(f"The job's summary: {records.get('done', 0)} of {records.get('total', 0)} records re-scored, mean FER "
-                  f"{_fer(fer_before)} -> {_fer(fer_after)}, {claim_changes} verdict change(s) among claims judged both "
-                  f"times. Records whose current verdicts changed: {sum(a.changed for a in result.answers)} (a claim "
-                  "the new KG version can judge is new, so it has no earlier verdict to change).", soft_wrap=True)
+                  f"{_fer(fer_before)} -> {_fer(fer_after)}, {claim_changes} verdict change(s) (a claim newly contradicted "
+                  f"counts). Records whose current verdicts changed: {sum(a.changed for a in result.answers)}.",
+                  soft_wrap=True)
 
 
 def render_tamper(result: TamperResult, console: Any) -> None:

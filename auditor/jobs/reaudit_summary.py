@@ -122,7 +122,10 @@ def fer_distribution(values: list[float | None]) -> dict[str, Any]:
 
 
 def claim_verdict_changes(before: list[Any] | None, after: list[Any] | None) -> list[dict[str, Any]]:
-    """Claims present on both sides whose verdict differs, with both verdicts and evidences."""
+    """Claims whose verdict differs before and after, with both verdicts and evidences. A claim found on one
+    side only counts when it is contradicted there (before or after is then `{"verdict": None}`): a newly
+    found error (a new KG version, a new rule) is the change a re-audit exists to show, while a claim newly
+    judged supported is not."""
     unmatched: dict[str, list[dict[str, Any]]] = {}
     for claim in after or []:
         if isinstance(claim, dict) and claim.get("text"):
@@ -134,15 +137,23 @@ def claim_verdict_changes(before: list[Any] | None, after: list[Any] | None) -> 
         candidates = unmatched.get(_normalise(old["text"]), [])
         match = next((c for c in candidates if _same_kind(old, c)), None)
         if match is None:
+            if old["verdict"] == "contradicted":   # an error the re-audit no longer finds
+                changes.append(_change(old, old, None))
             continue
         candidates.remove(match)
         if match.get("verdict") != old["verdict"]:
-            changes.append({
-                "claim": match["text"], "kind": match.get("kind"), "span": match.get("span"),
-                "before": {"verdict": old["verdict"], "evidence": old.get("evidence")},
-                "after": {"verdict": match.get("verdict"), "evidence": match.get("evidence")},
-            })
+            changes.append(_change(match, old, match))
+    for claims in unmatched.values():
+        changes += [_change(new, None, new) for new in claims if new.get("verdict") == "contradicted"]
     return changes
+
+
+def _change(claim: dict[str, Any], old: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, Any]:
+    def side(value: dict[str, Any] | None) -> dict[str, Any]:
+        return {"verdict": value.get("verdict"), "evidence": value.get("evidence")} if value else {"verdict": None}
+
+    return {"claim": claim["text"], "kind": claim.get("kind"), "span": claim.get("span"),
+            "before": side(old), "after": side(new)}
 
 
 def recorded_output_action(gate_decisions: list[Any] | None) -> str:

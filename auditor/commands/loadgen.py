@@ -51,8 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="an objective, e.g. medical-diagnosis:ttft_p99=500ms or '*:e2e_p90=3s' (metrics: ttft, "
                              "itl, tpot, e2e); repeatable")
     parser.add_argument("--prompts", type=Path, help="JSONL prompts (intent, domain, prompt) instead of the bundled ones")
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--model", default="auditor")
+    parser.add_argument("--max-tokens", type=int, default=64, help="completion tokens per request (default 64)")
+    parser.add_argument("--model", default="auditor", help="the model id requests name (default auditor)")
     parser.add_argument("--max-concurrency", type=int, default=256, help="requests in flight at most (open loop)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds one request may take")
     parser.add_argument("--seed", type=int, default=0, help="arrival times and intent draws")
@@ -61,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--audit-key", default=os.environ.get("AUDITOR_AUDIT_KEY"),
                         help="auditor key to read the run's records (default AUDITOR_AUDIT_KEY, else --api-key)")
     parser.add_argument("--json", action="store_true", help="print one JSON object (no tables, no progress bar)")
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
     sweep = parser.add_argument_group("sweep")
     sweep.add_argument("--sweep", action="store_true", help="measure every rate on every configuration")
     sweep.add_argument("--rates", default="1,2,4", help="offered rates, req/s (default 1,2,4)")

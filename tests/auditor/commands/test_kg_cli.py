@@ -106,10 +106,11 @@ def test_kg_reaudit_rescores_records_judged_under_older_versions(cli_database, c
              for _ in range(2)]
     from sqlalchemy import update
 
-    from auditor.trail.models import AuditRecord
+    from auditor.trail.models import AuditRecord, RecordVerdict
 
-    with cli_database.engine.begin() as conn:   # judged by the gate under the packaged KG
+    with cli_database.engine.begin() as conn:   # judged by the gate under the packaged KG (record and its view row)
         conn.execute(update(AuditRecord).values(kg_version=packaged))
+        conn.execute(update(RecordVerdict).values(kg_version=packaged))
     assert kg("import", "--domain", "legal", "--format", "cases", str(FIXTURES / "scdb_cases.csv"), "--json") == 0
     new_version = json.loads(capsys.readouterr().out)["version"]
     assert kg("reaudit", "--older-than", new_version[:10]) == 0

@@ -81,8 +81,10 @@ def test_reload_makes_an_import_visible_to_linking_validators_and_records(legal_
     assert after["kg_version"] == new_version
     assert anchors(after) == ["case:scdb-2000-077"]                     # linking knows the imported case
     assert after["gate_action"] == "block" and after["n_contradicted"] == 1
-    evidence = after["claims"][0]["evidence"]
-    assert any("2001, not 1999" in e["description"] and "scdb_cases.csv line 4" in e["locator"] for e in evidence)
+    # the citation and its year are two claims: the year (1999; the imported row says 2001) is the contradicted
+    # one, and its evidence is the imported row, named by file and line
+    [wrong_year] = [c for c in after["claims"] if c["verdict"] == "contradicted"]
+    assert any("scdb_cases.csv line 4" in e["locator"] for e in wrong_year["evidence"]), wrong_year["evidence"]
     assert client.post("/v1/kg/reload").json()["changed"] == []
     versions_listed = client.get("/v1/kg/versions", params={"domain": "legal"}).json()["data"]
     assert [v["action"] for v in versions_listed] == ["packaged", "import"] and versions_listed[-1]["current"]

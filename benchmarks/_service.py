@@ -20,6 +20,8 @@ from typing import Any
 
 import httpx
 
+from auditor.loadgen.server import wait_until_ready
+
 DATA = Path(__file__).parent / "data"
 INTENTS = {"finance": "fin-risk", "medical": "medical-diagnosis", "legal": "legal-advice", None: "general-chat"}
 MIX = ("finance", "medical", "legal", None)   # a fixed mix: one of each in turn
@@ -180,19 +182,7 @@ def start_server(*, source_root: Path | None = None, database_url: str | None = 
     if redis_url:
         server.workers.append(subprocess.Popen([*command, "worker", "--concurrency", "1"], cwd=workdir, env=child_env,
                                                stdout=log, stderr=subprocess.STDOUT))
-    deadline = time.monotonic() + ready_timeout_s
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}; see {workdir / 'server.log'}")
-        try:
-            if httpx.get(f"{base_url}/ready", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            server.stop()
-            raise RuntimeError(f"server not ready after {ready_timeout_s} s; see {workdir / 'server.log'}")
-        time.sleep(0.1)
+    wait_until_ready(proc, base_url, timeout_s=ready_timeout_s, log_path=workdir / "server.log", stop=server.stop)
     server.ready_s = time.perf_counter() - started
     return server
 

@@ -53,23 +53,22 @@ def start_job(request: Request, user: UserDep, form: FormDep, services: Services
 
 @router.get("/reaudits/{job_id}", response_class=HTMLResponse, include_in_schema=False)
 def job(job_id: str, request: Request, user: UserDep, services: ServicesDep) -> HTMLResponse:
-    reader = allow(user, services.database, request, *READERS)
-    try:
-        view = reaudit.job_view(services.database, reader, job_id[:64])
-    except reaudit.ReauditNotFound as exc:
-        return render(request, "error.html", user, status_code=404, message=str(exc))
-    return render(request, "reaudit.html", user, job=view)
+    return _job_view(job_id, request, user, services, "reaudit.html")
 
 
 @router.get("/reaudits/{job_id}/progress", response_class=HTMLResponse, include_in_schema=False)
 def job_progress(job_id: str, request: Request, user: UserDep, services: ServicesDep) -> HTMLResponse:
     """The progress fragment console.js polls while a job runs (a poll is not logged; see `job_view`)."""
+    return _job_view(job_id, request, user, services, "_progress.html")
+
+
+def _job_view(job_id: str, request: Request, user: Any, services: Any, template: str) -> HTMLResponse:
     reader = allow(user, services.database, request, *READERS)
     try:
         view = reaudit.job_view(services.database, reader, job_id[:64])
     except reaudit.ReauditNotFound as exc:
         return render(request, "error.html", user, status_code=404, message=str(exc))
-    return render(request, "_progress.html", user, job=view)
+    return render(request, template, user, job=view)
 
 
 @router.get("/trends", response_class=HTMLResponse, include_in_schema=False)

@@ -13,6 +13,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -60,21 +61,28 @@ def launch(env: dict[str, str], *, ready_timeout_s: float = 600.0, workdir: Path
         proc = subprocess.Popen([sys.executable, "-m", "auditor.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
                                 cwd=workdir, env=child_env, stdout=log, stderr=subprocess.STDOUT)
     server = LaunchedServer(proc, f"http://127.0.0.1:{port}", workdir, 0.0)
-    deadline = time.monotonic() + ready_timeout_s
+    wait_until_ready(proc, server.base_url, timeout_s=ready_timeout_s, log_path=log_path, stop=server.stop)
+    server.ready_s = time.perf_counter() - started
+    return server
+
+
+def wait_until_ready(proc: subprocess.Popen[bytes], base_url: str, *, timeout_s: float, log_path: Path,
+                     stop: Any, poll_s: float = 0.1) -> None:
+    """Poll `/ready` until it answers 200; ServerFailed (naming the log) if the process exits first or the
+    time runs out (then `stop()` is called)."""
+    deadline = time.monotonic() + timeout_s
     while True:
         if proc.poll() is not None:
             raise ServerFailed(f"the server exited with status {proc.returncode}; see {log_path}")
         try:
-            if httpx.get(f"{server.base_url}/ready", timeout=2).status_code == 200:
-                break
+            if httpx.get(f"{base_url}/ready", timeout=2).status_code == 200:
+                return
         except httpx.HTTPError:
             pass
         if time.monotonic() > deadline:
-            server.stop()
-            raise ServerFailed(f"the server was not ready after {ready_timeout_s:.0f} s; see {log_path}")
-        time.sleep(0.2)
-    server.ready_s = time.perf_counter() - started
-    return server
+            stop()
+            raise ServerFailed(f"the server was not ready after {timeout_s:.0f} s; see {log_path}")
+        time.sleep(poll_s)
 
 
 def free_port() -> int:

@@ -52,7 +52,7 @@ from auditor.trail.models import AuditRecord, Evaluation
 from auditor.trail.schemas import AuditFilters, ExportFilters
 from auditor.trail.trends import TrendQuery, trends
 from auditor.trail.verification import verify_store
-from benchmarks.trail_seed import SEED_KEY, TrailSeeder, answer_pool, prepare, record_count
+from benchmarks.trail_seed import SEED_KEY, Answer, answer_pool, prepare, record_count, topup_seeder
 
 TARGETS = {"list_p99_ms": 300, "export_first_byte_s": 1.0, "incremental_verify_s": 5.0, "reaudit_create_s": 1.0}
 SEARCH_TERMS = ("metformin", "warfarin", "brown v. board", "iban", "lisinopril", "isin")
@@ -211,7 +211,7 @@ class _Again:
 # -- verify-chain and re-audit ----------------------------------------------------------------------------------
 
 
-def measure_verify(database: Database, seeder: TrailSeeder | None, *, full: bool, new_records: int) -> dict[str, Any]:
+def measure_verify(database: Database, pool: list[Answer] | None, *, full: bool, new_records: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     key = SEED_KEY.hmac_key
     if full:
@@ -225,8 +225,8 @@ def measure_verify(database: Database, seeder: TrailSeeder | None, *, full: bool
                        "python_peak_mb": round(peak / 2**20, 1), "rss_growth_mb": round(_rss_mb() - rss_before, 1)}
     else:   # a remembered verification to start from (a full walk would take minutes at 1M)
         verify_store(database, hmac_key=key, mode="incremental")
-    if seeder is not None and new_records:
-        seeder.seed(new_records)
+    if pool is not None and new_records:   # records that arrived since that verify: after the newest, up to now
+        topup_seeder(database, pool, new_records, seed=int(time.time())).seed(new_records)
         started = time.perf_counter()
         report = verify_store(database, hmac_key=key, mode="incremental")
         out["incremental_after_new_records"] = {
@@ -285,14 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     with _store(args.database_url) as url:
         database = Database(url, chain_key=SEED_KEY)
         prepare(database)
-        seeder = None
+        pool = None
         missing = args.records - record_count(database)
         if missing > 0 or args.new_records:
             pool = answer_pool()
-            seeder = TrailSeeder(database, pool, seed=int(time.time()), total=max(args.records, 1),
-                                 start=datetime.now(UTC) - timedelta(days=90) if missing == args.records else None)
-            if missing > 0:
-                seeder.seed(missing, progress=not args.json)
+        if missing > 0:
+            topup_seeder(database, pool, missing, seed=int(time.time())).seed(missing, progress=not args.json)
         with database.engine.connect() as conn:
             size = conn.execute(select(func.count()).select_from(AuditRecord)).scalar_one()
         result: dict[str, Any] = {"records": size, "backend": database.engine.dialect.name,
@@ -301,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         result["lists"] = measure_lists(database, repeats=args.repeats)
         result["export"] = measure_export(database, lines=min(args.export_lines, size))
         result["view"] = measure_view(database, repeats=5)
-        result["verify"] = measure_verify(database, seeder, full=args.full_verify, new_records=args.new_records)
+        result["verify"] = measure_verify(database, pool, full=args.full_verify, new_records=args.new_records)
         result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
         result["targets"] = _targets(result)
         database.dispose()

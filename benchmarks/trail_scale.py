@@ -6,7 +6,8 @@ current claims, and the access-log entry with the ids shown (a chained write). H
 
 - lists: p50/p99 per kind of filter (domain + verdict + time range; domain + verdict action; a tenant's
   auditor; free text; page 5 by cursor), interleaved round-robin so load drifts hit every kind alike;
-- export: time to the first line and Python/RSS memory after 1k, 10k and N lines (flat = no growth);
+- export: time to the first chunk (the CSV header) and to the first record line (the target is checked on
+  the latter), and Python/RSS memory after 1k, 10k and N lines (flat = no growth);
 - the view: trends over 90 days (day buckets per domain and model), and moving the view for 2,000 new
   evaluations;
 - verify-chain: incremental after 10k new records (and their evaluations) appended after a verify; full
@@ -153,12 +154,11 @@ def measure_lists(database: Database, *, repeats: int, seed: int = 3) -> dict[st
 
 
 def measure_export(database: Database, *, lines: int) -> dict[str, Any]:
-    tracemalloc.start()
+    first_byte_s, first_record_s = time_to_first_record(database)
+    tracemalloc.start()   # a second export for memory and rate: tracemalloc would slow the first one's timing
     started = time.perf_counter()
     stream = reads.export(database, CliOperator(), ExportFilters(format="csv"))
-    first = next(stream)
-    first_byte_s = time.perf_counter() - started
-    marks, seen, memory = (1_000, 10_000, lines), first.count("\n") - 1, {}
+    marks, seen, memory = (1_000, 10_000, lines), -1, {}   # -1: the header line
     for chunk in stream:
         seen += chunk.count("\n")
         for mark in marks:
@@ -171,8 +171,22 @@ def measure_export(database: Database, *, lines: int) -> dict[str, Any]:
     elapsed = time.perf_counter() - started
     stream.close()
     tracemalloc.stop()
-    return {"first_byte_s": round(first_byte_s, 3), "lines": seen, "lines_per_s": round(seen / elapsed, 1),
-            "memory_after_lines": memory}
+    return {"first_byte_s": round(first_byte_s, 3), "first_record_s": round(first_record_s, 3), "lines": seen,
+            "lines_per_s_traced": round(seen / elapsed, 1), "memory_after_lines": memory}
+
+
+def time_to_first_record(database: Database) -> tuple[float, float]:
+    """Seconds to a CSV export's first chunk (its header line) and to its first record line (the first page
+    queried, its records read and its access-log entry written): what a regulator's download waits for."""
+    started = time.perf_counter()
+    stream = reads.export(database, CliOperator(), ExportFilters(format="csv"))
+    text = next(stream)
+    first_byte = time.perf_counter() - started
+    while text.count("\n") < 2:
+        text += next(stream)
+    first_record = time.perf_counter() - started
+    stream.close()
+    return first_byte, first_record
 
 
 # -- the view --------------------------------------------------------------------------------------------------
@@ -312,8 +326,9 @@ def _targets(result: dict[str, Any]) -> dict[str, Any]:
     incremental = result["verify"].get("incremental_after_new_records", {}).get("seconds")
     checks = {
         "list_p99_ms": (worst_list, worst_list <= TARGETS["list_p99_ms"]),
-        "export_first_byte_s": (result["export"]["first_byte_s"],
-                                result["export"]["first_byte_s"] <= TARGETS["export_first_byte_s"]),
+        # The first record line, not the header: a header alone would meet any target.
+        "export_first_byte_s": (result["export"]["first_record_s"],
+                                result["export"]["first_record_s"] <= TARGETS["export_first_byte_s"]),
         "incremental_verify_s": (incremental, incremental is not None and incremental <= TARGETS["incremental_verify_s"]),
         "reaudit_create_s": (result["reaudit"]["create_over_all_records"]["max_ms"] / 1000,
                              result["reaudit"]["create_over_all_records"]["max_ms"] / 1000 <= TARGETS["reaudit_create_s"]),

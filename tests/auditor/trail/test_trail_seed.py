@@ -48,3 +48,12 @@ def test_a_top_up_follows_the_newest_record_and_ends_about_now(database: Databas
     assert max(new) < history[-1] + timedelta(hours=3)   # two hours of growth, jittered
     assert grown == sorted(grown)   # seq order is time order
     assert verify_store(database, hmac_key=TEST_CHAIN_KEY.hmac_key, mode="full").ok   # through the real chain
+
+
+def test_the_export_measurement_times_the_first_record_line_not_just_the_header(database: Database) -> None:
+    from benchmarks.trail_scale import measure_export
+
+    topup_seeder(database, POOL, 12, seed=3, batch=5, now=NOW).seed(12)
+    result = measure_export(database, lines=1000)
+    assert result["lines"] == 12   # every record line, the header not counted
+    assert 0 < result["first_byte_s"] <= result["first_record_s"]

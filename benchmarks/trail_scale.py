@@ -6,7 +6,8 @@ current claims, and the access-log entry with the ids shown (a chained write). H
 
 - lists: p50/p99 per kind of filter (domain + verdict + time range; domain + verdict action; a tenant's
   auditor; free text; page 5 by cursor), interleaved round-robin so load drifts hit every kind alike;
-- export: time to the first line and Python/RSS memory after 1k, 10k and N lines (flat = no growth);
+- export: time to the first chunk (the CSV header) and to the first record line (the target is checked on
+  the latter), and Python/RSS memory after 1k, 10k and N lines (flat = no growth);
 - the view: trends over 90 days (day buckets per domain and model), and moving the view for 2,000 new
   evaluations;
 - verify-chain: incremental after 10k new records (and their evaluations) appended after a verify; full
@@ -52,7 +53,7 @@ from auditor.trail.models import AuditRecord, Evaluation
 from auditor.trail.schemas import AuditFilters, ExportFilters
 from auditor.trail.trends import TrendQuery, trends
 from auditor.trail.verification import verify_store
-from benchmarks.trail_seed import SEED_KEY, TrailSeeder, answer_pool, prepare, record_count
+from benchmarks.trail_seed import SEED_KEY, Answer, answer_pool, prepare, record_count, topup_seeder
 
 TARGETS = {"list_p99_ms": 300, "export_first_byte_s": 1.0, "incremental_verify_s": 5.0, "reaudit_create_s": 1.0}
 SEARCH_TERMS = ("metformin", "warfarin", "brown v. board", "iban", "lisinopril", "isin")
@@ -153,12 +154,11 @@ def measure_lists(database: Database, *, repeats: int, seed: int = 3) -> dict[st
 
 
 def measure_export(database: Database, *, lines: int) -> dict[str, Any]:
-    tracemalloc.start()
+    first_byte_s, first_record_s = time_to_first_record(database)
+    tracemalloc.start()   # a second export for memory and rate: tracemalloc would slow the first one's timing
     started = time.perf_counter()
     stream = reads.export(database, CliOperator(), ExportFilters(format="csv"))
-    first = next(stream)
-    first_byte_s = time.perf_counter() - started
-    marks, seen, memory = (1_000, 10_000, lines), first.count("\n") - 1, {}
+    marks, seen, memory = (1_000, 10_000, lines), -1, {}   # -1: the header line
     for chunk in stream:
         seen += chunk.count("\n")
         for mark in marks:
@@ -171,8 +171,22 @@ def measure_export(database: Database, *, lines: int) -> dict[str, Any]:
     elapsed = time.perf_counter() - started
     stream.close()
     tracemalloc.stop()
-    return {"first_byte_s": round(first_byte_s, 3), "lines": seen, "lines_per_s": round(seen / elapsed, 1),
-            "memory_after_lines": memory}
+    return {"first_byte_s": round(first_byte_s, 3), "first_record_s": round(first_record_s, 3), "lines": seen,
+            "lines_per_s_traced": round(seen / elapsed, 1), "memory_after_lines": memory}
+
+
+def time_to_first_record(database: Database) -> tuple[float, float]:
+    """Seconds to a CSV export's first chunk (its header line) and to its first record line (the first page
+    queried, its records read and its access-log entry written): what a regulator's download waits for."""
+    started = time.perf_counter()
+    stream = reads.export(database, CliOperator(), ExportFilters(format="csv"))
+    text = next(stream)
+    first_byte = time.perf_counter() - started
+    while text.count("\n") < 2:
+        text += next(stream)
+    first_record = time.perf_counter() - started
+    stream.close()
+    return first_byte, first_record
 
 
 # -- the view --------------------------------------------------------------------------------------------------
@@ -211,7 +225,7 @@ class _Again:
 # -- verify-chain and re-audit ----------------------------------------------------------------------------------
 
 
-def measure_verify(database: Database, seeder: TrailSeeder | None, *, full: bool, new_records: int) -> dict[str, Any]:
+def measure_verify(database: Database, pool: list[Answer] | None, *, full: bool, new_records: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     key = SEED_KEY.hmac_key
     if full:
@@ -225,8 +239,8 @@ def measure_verify(database: Database, seeder: TrailSeeder | None, *, full: bool
                        "python_peak_mb": round(peak / 2**20, 1), "rss_growth_mb": round(_rss_mb() - rss_before, 1)}
     else:   # a remembered verification to start from (a full walk would take minutes at 1M)
         verify_store(database, hmac_key=key, mode="incremental")
-    if seeder is not None and new_records:
-        seeder.seed(new_records)
+    if pool is not None and new_records:   # records that arrived since that verify: after the newest, up to now
+        topup_seeder(database, pool, new_records, seed=int(time.time())).seed(new_records)
         started = time.perf_counter()
         report = verify_store(database, hmac_key=key, mode="incremental")
         out["incremental_after_new_records"] = {
@@ -285,14 +299,12 @@ def main(argv: list[str] | None = None) -> int:
     with _store(args.database_url) as url:
         database = Database(url, chain_key=SEED_KEY)
         prepare(database)
-        seeder = None
+        pool = None
         missing = args.records - record_count(database)
         if missing > 0 or args.new_records:
             pool = answer_pool()
-            seeder = TrailSeeder(database, pool, seed=int(time.time()), total=max(args.records, 1),
-                                 start=datetime.now(UTC) - timedelta(days=90) if missing == args.records else None)
-            if missing > 0:
-                seeder.seed(missing, progress=not args.json)
+        if missing > 0:
+            topup_seeder(database, pool, missing, seed=int(time.time())).seed(missing, progress=not args.json)
         with database.engine.connect() as conn:
             size = conn.execute(select(func.count()).select_from(AuditRecord)).scalar_one()
         result: dict[str, Any] = {"records": size, "backend": database.engine.dialect.name,
@@ -301,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         result["lists"] = measure_lists(database, repeats=args.repeats)
         result["export"] = measure_export(database, lines=min(args.export_lines, size))
         result["view"] = measure_view(database, repeats=5)
-        result["verify"] = measure_verify(database, seeder, full=args.full_verify, new_records=args.new_records)
+        result["verify"] = measure_verify(database, pool, full=args.full_verify, new_records=args.new_records)
         result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
         result["targets"] = _targets(result)
         database.dispose()
@@ -314,8 +326,9 @@ def _targets(result: dict[str, Any]) -> dict[str, Any]:
     incremental = result["verify"].get("incremental_after_new_records", {}).get("seconds")
     checks = {
         "list_p99_ms": (worst_list, worst_list <= TARGETS["list_p99_ms"]),
-        "export_first_byte_s": (result["export"]["first_byte_s"],
-                                result["export"]["first_byte_s"] <= TARGETS["export_first_byte_s"]),
+        # The first record line, not the header: a header alone would meet any target.
+        "export_first_byte_s": (result["export"]["first_record_s"],
+                                result["export"]["first_record_s"] <= TARGETS["export_first_byte_s"]),
         "incremental_verify_s": (incremental, incremental is not None and incremental <= TARGETS["incremental_verify_s"]),
         "reaudit_create_s": (result["reaudit"]["create_over_all_records"]["max_ms"] / 1000,
                              result["reaudit"]["create_over_all_records"]["max_ms"] / 1000 <= TARGETS["reaudit_create_s"]),

@@ -200,6 +200,22 @@ class _Row:
         self.__dict__.update(values)
 
 
+def topup_seeder(database: Database, pool: list[Answer], count: int, *, seed: int = 17, batch: int = 2000,
+                 now: datetime | None = None) -> TrailSeeder:
+    """A seeder for `count` more records: on an empty store, 90 days of history up to now; otherwise records
+    that follow the store's newest one and end about now (the trail grew since), so seq order stays time
+    order however often the store is topped up."""
+    now = now or datetime.now(UTC)
+    with database.engine.connect() as conn:
+        latest = conn.execute(select(func.max(AuditRecord.created_at))).scalar()
+    if latest is None:
+        return TrailSeeder(database, pool, seed=seed, batch=batch, start=now - timedelta(days=90), total=count)
+    latest = latest.replace(tzinfo=UTC) if latest.tzinfo is None else latest   # SQLite drops the zone
+    span = max(now - latest, count * timedelta(milliseconds=1))   # a store stamped ahead of now still grows forward
+    return TrailSeeder(database, pool, seed=seed, batch=batch, start=latest, days=span / timedelta(days=1),
+                       total=count)
+
+
 def record_count(database: Database) -> int:
     with database.engine.connect() as conn:
         return conn.execute(select(func.count()).select_from(AuditRecord)).scalar_one()
@@ -222,8 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     already = record_count(database)
     pool = answer_pool()
     print(f"pool: {len(pool)} judged answers; store holds {already:,} records", file=sys.stderr)
-    seeder = TrailSeeder(database, pool, batch=args.batch, total=max(args.records, 1))
-    rate = seeder.seed(max(0, args.records - already), progress=True)
+    missing = max(0, args.records - already)
+    seeder = topup_seeder(database, pool, max(missing, 1), batch=args.batch)
+    rate = seeder.seed(missing, progress=True)
     print(json.dumps({"records": record_count(database), "records_per_s": round(rate, 1)}))
     return 0
 

@@ -87,14 +87,16 @@ def test_b_legal_answers_exported_for_a_regulator(world: World, tmp_path: Path) 
     folder = tmp_path / "api" / "bundle"
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["filter"] == {"domain": "legal"} and manifest["created_by"]["key_id"] == world.key_ids["auditor"]
-    assert manifest["counts"]["records"] == 2 and manifest["counts"]["claims"] == 2
+    # Brown's citation (right) and its year (1955: wrong) are two claims, Varghese's fabricated citation one
+    assert manifest["counts"]["records"] == 2 and manifest["counts"]["claims"] == 3
     assert set(manifest["files"]) >= {"records.csv", "claims.jsonl", "evidence.csv", "evaluations.jsonl",
                                       "columns.csv", "chain/links.jsonl", "chain/checkpoints.jsonl", "verify_bundle.py"}
     records = list(csv.DictReader((folder / "records.csv").open(encoding="utf-8")))
     assert {r["id"] for r in records} == {world.imported["brown"], world.imported["varghese"]}
     assert all(r["current_rule_pack_version"] and r["current_rule_pack_hash"] for r in records)   # imports too
     claims = list(csv.DictReader((folder / "claims.csv").open(encoding="utf-8")))
-    assert {c["verdict"] for c in claims} == {"contradicted"} and any("1955" in c["text"] for c in claims)
+    assert {c["verdict"] for c in claims} == {"contradicted", "supported"}
+    assert any("1955" in c["text"] and c["verdict"] == "contradicted" for c in claims)
     key_file = tmp_path / "key"
     key_file.write_text(TEST_HMAC_KEY)
     checked = _verify_bundle(folder, "--hmac-key-file", str(key_file))
@@ -106,7 +108,7 @@ def test_b_legal_answers_exported_for_a_regulator(world: World, tmp_path: Path) 
     assert _verify_bundle(tmp_path / "cli").returncode == 0
     # One altered cell: the year of Brown in the per-claim CSV.
     path = tmp_path / "cli" / "claims.csv"
-    path.write_text(path.read_text(encoding="utf-8").replace("(1955)", "(1954)"), encoding="utf-8")
+    path.write_text(path.read_text(encoding="utf-8").replace("1955", "1954"), encoding="utf-8")
     altered = _verify_bundle(tmp_path / "cli")
     assert altered.returncode == 1 and "claims.csv row" in altered.stdout and "bundle NOT verified" in altered.stdout
 
@@ -133,7 +135,7 @@ def test_c_review_queue_per_claim_reviews_and_feedback(world: World) -> None:
     assert target not in {r["id"] for r in world.get("/v1/reviews/queue", role="reviewer", domain="medical")["data"]}
     [line] = [json.loads(x) for x in world.client.get("/v1/reviews/feedback", headers=world.headers("auditor")).text.splitlines()]
     assert line["record_id"] == target and line["decision"] == "false_positive"
-    assert line["claim"]["verdict"] == "contradicted" and "Lisinopril" in line["claim"]["text"]
+    assert line["claim"]["verdict"] == "contradicted" and "400 mg" in line["claim"]["text"]   # the dose it states
     assert line["rule_pack"]["version"] and line["note"] == "400 mg is the total weekly amount"
     assert world.get(f"/v1/audits/{target}")["reviews"][0]["items"][0]["decision"] == "false_positive"
     assert world.client.get("/v1/reviews/feedback", headers=world.headers("reviewer")).status_code == 403
@@ -243,9 +245,12 @@ def test_f_fer_trends_per_domain_and_model_and_alerts(world: World) -> None:
     assert sum(p["claims"]["contradicted"] for p in medical_imports) == 3
     assert any(p["bucket_start"] < trend["series"][-1]["bucket_start"] for p in medical_imports)   # by occurred_at
     legal = [p for p in trend["series"] if p["domain"] == "legal"]
-    assert legal and all(p["fer"] == 1.0 and p["block_rate"] == 1.0 for p in legal)
+    # both legal answers are blocked: Brown's wrong year (its citation is right) and Varghese's fabricated case
+    assert legal and all(p["block_rate"] == 1.0 for p in legal)
+    assert sum(p["claims"]["contradicted"] for p in legal) == 2 and sum(p["claims"]["supported"] for p in legal) == 1
     hourly = world.get("/v1/trends", group_by="domain", bucket="hour", since="6h", domain="finance")
-    assert [(p["domain"], p["records"], p["fer"]) for p in hourly["series"]] == [("finance", 1, 0.0)]
+    # Apple's ISIN: valid, but no offline register says who issued it, so nothing verified and no FER
+    assert [(p["domain"], p["records"], p["fer"]) for p in hourly["series"]] == [("finance", 1, None)]
     assert world.client.get("/v1/trends", params={"bucket": "hour", "since": "3000d"},
                             headers=world.headers("auditor")).status_code == 400
 

@@ -54,7 +54,7 @@ def test_engine_time_shares_add_up_to_the_busy_time(tiny_llama) -> None:
 def test_priority_queue_depth_crosses_the_process_boundary(tiny_llama) -> None:
     client = EngineCoreClient(functools.partial(LLMEngine.from_pretrained, tiny_llama, EngineConfig(max_num_seqs=1)),
                               load_tokenizer(tiny_llama))
-    slow = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
+    slow = SamplingParams(temperature=0, max_tokens=240, ignore_eos=True)   # long enough to outlast a stats report
 
     async def run() -> tuple[dict, float]:
         await client.start()

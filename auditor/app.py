@@ -66,6 +66,7 @@ from auditor.serving.inference import AuditUnavailable, BadRequest, EngineUnavai
 from auditor.serving.knowledge import Knowledge, NoKnowledge
 from auditor.serving.metrics import ServiceMetrics
 from auditor.serving.registry import ModelRegistry, build_registry, read_entries
+from auditor.serving.traffic import LiveTraffic
 from auditor.serving.upstream import UpstreamError
 from auditor.settings import Settings, get_settings
 from auditor.store.database import Database
@@ -107,7 +108,8 @@ def _load_runtime(settings: Settings, packs: StorePacks, engine_core: Any = None
     return engine, verifier, knowledge, detector
 
 
-def _start_task_queue(settings: Settings, database: Database, stack: AsyncExitStack, packs: StorePacks) -> TaskQueue:
+def _start_task_queue(settings: Settings, database: Database, stack: AsyncExitStack, packs: StorePacks,
+                      traffic: LiveTraffic) -> TaskQueue:
     """Embedded default: no broker, so scoring and re-audits run on an in-process pool fed by the outbox."""
     if settings.redis_url is not None:
         return celery_queue(settings.redis_url)
@@ -117,7 +119,8 @@ def _start_task_queue(settings: Settings, database: Database, stack: AsyncExitSt
                               redeliver_after_s=worker_settings.redeliver_after_s,
                               chunk_stall_after_s=worker_settings.chunk_stall_after_s,
                               stream_recovery_after_s=worker_settings.stream_recovery_after_s,
-                              alerts=AlertSchedule.from_settings(settings), packs=packs).start()
+                              alerts=AlertSchedule.from_settings(settings), packs=packs,
+                              busy=traffic.busy, max_lag_s=worker_settings.embedded_max_lag_s).start()
     stack.callback(embedded.stop)
     return embedded.queue
 
@@ -229,7 +232,7 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                                          verifier=loaded_verifier or NoClaimVerifier(),
                                          knowledge=loaded_knowledge or NoKnowledge(), detector=loaded_detector)
             stack.callback(inference.committer.stop)
-            task_queue = _start_task_queue(settings, database, stack, packs)
+            task_queue = _start_task_queue(settings, database, stack, packs, inference.traffic)
             if settings.chain_witness:
                 publisher = WitnessPublisher(database, open_witness(settings.chain_witness),
                                              interval_s=settings.witness_interval_s).start()

@@ -153,10 +153,19 @@ class OutputGate:
 
     def feed(self, delta: str) -> str:
         """Add generated text; return the gated text that may be sent now (possibly empty)."""
+        return self.release_complete() if self.buffer(delta) else ""
+
+    def buffer(self, delta: str) -> bool:
+        """Add generated text without judging it; True when a complete sentence now waits for
+        `release_complete` (cheap: the caller can judge on another thread only when there is work)."""
         if self.refused:
-            return ""
+            return False
         self._buffer += delta
-        if self.hold_all:
+        return not self.hold_all and complete_sentence_end(self._buffer) is not None
+
+    def release_complete(self) -> str:
+        """Gate every complete sentence in the buffer; return the text that may be sent now."""
+        if self.refused or self.hold_all:
             return ""
         released = []
         while not self.refused and (end := complete_sentence_end(self._buffer)) is not None:

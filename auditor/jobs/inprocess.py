@@ -100,7 +100,15 @@ class EmbeddedWorker:
     def __init__(self, database: Database, evaluator_factory: Callable[[], scoring.Evaluator], *,
                  workers: int = 2, interval_s: float = 0.5, redeliver_after_s: float = 300.0,
                  chunk_stall_after_s: float = 300.0, stream_recovery_after_s: float = 300.0,
-                 alerts: AlertSchedule | None = None, packs: StorePacks | None = None) -> None:
+                 alerts: AlertSchedule | None = None, packs: StorePacks | None = None,
+                 busy: Callable[[], bool] | None = None, max_lag_s: float = 0.0) -> None:
+        """`busy` (the API's live requests) and `max_lag_s`: while requests are in flight, scoring is dispatched
+        at most once per max_lag_s: it shares this process's CPU and GIL with them, and catches up when they
+        pause. Records stay in the outbox meanwhile, so nothing is lost; 0 dispatches every pass."""
+        self.busy = busy
+        self.maintenance_interval_s = max(interval_s, 5.0)
+        self.max_lag_s = max_lag_s
+        self._last_dispatch = time.monotonic()
         self.queue = InProcessTaskQueue(database, evaluator_factory, workers=workers)
         self.alerts = alerts
         self.packs = packs
@@ -120,24 +128,40 @@ class EmbeddedWorker:
         self._stop.set()
         # Let a pass in progress finish (its statements are bounded by the store's timeouts): the database is
         # disposed right after, and a pass still running then would open a new connection behind its back.
-        self._thread.join(timeout=60)
+        if self._thread.ident is not None:   # started
+            self._thread.join(timeout=60)
         self.queue.shutdown(wait=True)
 
-    def run_once(self) -> None:
-        dispatch_once(self.database, self.queue.enqueue_score, redeliver_after_s=self.redeliver_after_s)
+    def run_once(self, *, maintenance: bool = True) -> None:
+        if self._may_dispatch():
+            dispatch_once(self.database, self.queue.enqueue_score, redeliver_after_s=self.redeliver_after_s)
+        if self.packs is not None:   # the rule-pack file watch runs even while nothing is being judged
+            self.packs.refresh()
+        if not maintenance:
+            return
         # Queued-but-never-started chunks live in this process's memory: only a restart loses them,
         # and then their heartbeat is as stale as their enqueue time, so one threshold serves both.
         reaudit.requeue_stalled(self.database, self.queue, stall_after_s=self.chunk_stall_after_s,
                                 queued_after_s=self.chunk_stall_after_s * 4)
         recover_interrupted_streams(self.database, idle_for_s=self.stream_recovery_after_s)
-        if self.packs is not None:   # the rule-pack file watch runs even while nothing is being judged
-            self.packs.refresh()
         if self.alerts is not None:
             self.alerts.run(self.database)
 
+    def _may_dispatch(self) -> bool:
+        now = time.monotonic()
+        if self.busy is not None and self.busy() and now - self._last_dispatch < self.max_lag_s:
+            return False
+        self._last_dispatch = now
+        return True
+
     def _loop(self) -> None:
+        last_maintenance = float("-inf")
         while not self._stop.wait(self.interval_s):
+            # The sweeps' thresholds are minutes and alert rules are checked per minute: looking every pass
+            # would only take SQLite's writer lock (and the GIL) from requests every half second.
+            maintenance = time.monotonic() - last_maintenance >= self.maintenance_interval_s
+            last_maintenance = time.monotonic() if maintenance else last_maintenance
             try:
-                self.run_once()
+                self.run_once(maintenance=maintenance)
             except Exception:
                 logger.exception("embedded outbox dispatch failed")

@@ -27,6 +27,7 @@ from auditor.store.database import Database
 from auditor.trail import verdicts
 from auditor.trail.models import AuditRecord, Evaluation
 from auditor.trail.records import seal_evaluations
+from rules.warm_up import WARM_UP_TEXTS
 
 GATE_ACTIONS = ("allow", "annotate", "redact", "block", "refuse")
 _SEVERITIES = ("low", "medium", "high", "critical")
@@ -62,16 +63,6 @@ class Evaluator(Protocol):
     def evaluate(self, *, text: str, domain: str | None, prompt: str | None) -> Scored: ...
 
 
-# One text per domain that reaches every validator, including the lazily loaded registries
-# (e.g. the drug dictionary, consulted only for drug names the KG does not know).
-_WARM_UP_TEXTS = {
-    "medical": "Metformin 500 mg twice daily treats type 2 diabetes (ICD-10-CM E11.9). "
-               "Zorvatrexin 20 mg daily is also prescribed.",
-    "finance": "Apple's ISIN is US0378331005. The IBAN DE89 3704 0044 0532 0130 00 belongs to Commerzbank.",
-    "legal": "In Brown v. Board of Education, 347 U.S. 483 (1954), the Court ruled. See 42 U.S.C. § 1983.",
-}
-
-
 class RulesEvaluator:
     """The production evaluator: `rules.verify` (claims, verdicts, evidence, FER, RC, joint score) under the
     rule pack its `packs` source names (the store's active pack; a job's pinned pack). Without a source
@@ -101,7 +92,7 @@ class RulesEvaluator:
 
     def warm_up(self) -> None:
         """Load each domain's KG, pack and lazily imported registries now, not inside the first tasks."""
-        for domain, text in _WARM_UP_TEXTS.items():
+        for domain, text in WARM_UP_TEXTS.items():
             self._verify(text, domain, pack=self._pack(domain))
 
     def _pack(self, domain: str) -> Any:

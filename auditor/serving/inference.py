@@ -49,6 +49,7 @@ from auditor.serving.knowledge import KgConstraint, Knowledge
 from auditor.serving.metrics import RequestObservation, ServiceMetrics
 from auditor.serving.registry import Backend, LocalBackend, ModelRoute
 from auditor.serving.surface import RequestSurface, apply_tool_decisions, parses_as_json, redacted_message
+from auditor.serving.traffic import LiveTraffic
 from auditor.serving.upstream import UpstreamError
 from auditor.settings import Settings
 from auditor.store.database import Database
@@ -186,6 +187,7 @@ class InferenceService:
         # Template tokens are counted for the local engine's template only (an upstream's is its own).
         self.template_tokens = TemplateTokens(engine.tokenizer) if engine is not None else None
         self.delivered = DeliveredRequests()
+        self.traffic = LiveTraffic()   # background work in this process yields to requests in flight
 
     # -- preparation -----------------------------------------------------------------------------
     def prepare(self, context: RequestContext, *, messages: list[dict[str, Any]] | None = None,
@@ -337,20 +339,24 @@ class InferenceService:
                   "cache_salt": prepared.context.principal.tenant}  # tenants never share KV blocks
         outputs = prepared.backend.generate(prepared.prompt, prepared.params, trace=prepared.details, **kwargs)
         async with aclosing(outputs) as outputs:
-            async for out in outputs:
-                generation.absorb(out)
-                if prepared.prefilled is not None:
-                    prepared.prefilled.set()
-                # The validators are CPU work: keep them off the event loop that serves other requests.
-                released = await anyio.to_thread.run_sync(gate.feed, out.new_text)
-                if out.finished:
-                    released += await anyio.to_thread.run_sync(gate.finish)
-                if released:
-                    generation.first_release = generation.first_release or time.perf_counter()
-                    yield released
-                if gate.refused:
-                    generation.finish_reason = "content_filter"
-                    break
+            with self.traffic.serving():
+                async for out in outputs:
+                    generation.absorb(out)
+                    if prepared.prefilled is not None:
+                        prepared.prefilled.set()
+                    # The validators are CPU work: keep them off the event loop that serves other requests. Most
+                    # deltas only extend an unfinished sentence; those are buffered here, without a thread hop.
+                    released = ""
+                    if gate.buffer(out.new_text):
+                        released = await anyio.to_thread.run_sync(gate.release_complete)
+                    if out.finished:
+                        released += await anyio.to_thread.run_sync(gate.finish)
+                    if released:
+                        generation.first_release = generation.first_release or time.perf_counter()
+                        yield released
+                    if gate.refused:
+                        generation.finish_reason = "content_filter"
+                        break
 
     def _outcome(self, prepared: Prepared, gate: OutputGate, generation: _Generation) -> Outcome:
         refusal = prepared.input_gate.refusal

@@ -27,6 +27,7 @@ from knowledge_graphs.linking import get_linker
 from knowledge_graphs.neighbourhood import DOMAIN_DEFAULTS, allowed_entities
 from rules import EmptyTextError, Report, RulePack, load_pack
 from rules import verify as rules_verify
+from rules.warm_up import WARM_UP_TEXTS
 
 logger = logging.getLogger("auditor")
 
@@ -109,7 +110,7 @@ class RulesVerifier:
     def warm_up(self) -> None:
         """Run each pack once so the first request does not pay for loading validators and registries."""
         for domain in self.bundled:
-            self.verify("Warm-up sentence.", domain=domain, prompt=None)
+            self.verify(WARM_UP_TEXTS.get(domain, "Warm-up sentence."), domain=domain, prompt=None)
 
     def rule_pack_hash(self, domain: str | None) -> str | None:
         pack = self.pack(domain)

@@ -120,3 +120,44 @@ def _count_live(database) -> int:
     with database.session() as session:
         return session.execute(select(func.count()).select_from(Evaluation)
                                .where(Evaluation.job_id.is_(None))).scalar_one()
+
+
+def test_embedded_worker_holds_scoring_back_while_requests_run_then_catches_up(database) -> None:
+    # it shares the API's CPU and GIL: live requests go first, the outbox keeps the work meanwhile
+    from auditor.jobs.inprocess import EmbeddedWorker
+
+    busy = [True]
+    embedded = EmbeddedWorker(database, lambda: MarkerEvaluator(), busy=lambda: busy[0], max_lag_s=3600)
+    records = [append_output(database, f"Statement {i}.") for i in range(3)]
+    try:
+        embedded.run_once()
+        assert _undispatched(database) == 3 and _inflight(database) == 0
+        busy[0] = False
+        embedded.run_once()
+        assert _undispatched(database) == 0
+        embedded.queue.wait_idle()
+        assert _count_live(database) == len(records)
+    finally:
+        embedded.stop()
+
+
+def test_embedded_worker_lag_is_bounded_under_unbroken_traffic(database) -> None:
+    import time
+
+    from auditor.jobs.inprocess import EmbeddedWorker
+
+    embedded = EmbeddedWorker(database, lambda: MarkerEvaluator(), busy=lambda: True, max_lag_s=0.3)
+    append_output(database, "Statement.")
+    try:
+        embedded.run_once()
+        assert _undispatched(database) == 1
+        time.sleep(0.35)
+        embedded.run_once()   # traffic never paused, but the oldest work has waited max_lag_s
+        assert _undispatched(database) == 0
+    finally:
+        embedded.stop()
+
+
+def _undispatched(database) -> int:
+    with database.session() as session:
+        return outbox.backlog(session)["undispatched"]

@@ -28,3 +28,37 @@ def test_contradicted_dose_is_blocked_with_evidence() -> None:
 def test_no_domain_means_no_validation() -> None:
     verifier = RulesVerifier({"medical": tiny_medical_kg()})
     assert verifier.verify("Metformin 9000 mg daily.", domain=None, prompt=None).claims == []
+
+
+def test_warm_up_builds_the_icd10_index_before_any_request() -> None:
+    # the index takes seconds to build: a request that found it cold paid for it, and under load so did every
+    # request waiting on the GIL meanwhile
+    from rules.validators.medical import icd10
+
+    icd10._build_index.cache_clear()
+    RulesVerifier({"medical": tiny_medical_kg()}).warm_up()
+    assert icd10._build_index.cache_info().currsize == 1
+
+
+def test_icd10_index_is_built_once_when_threads_ask_together() -> None:
+    import threading
+
+    from rules.validators.medical import icd10
+
+    icd10._build_index.cache_clear()
+    results: list[object] = []
+    threads = [threading.Thread(target=lambda: results.append(icd10._index())) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert icd10._build_index.cache_info().misses == 1
+    assert all(result is results[0] for result in results)
+
+
+def test_expansion_prefilter_reads_descriptions_as_the_full_pass_does() -> None:
+    # abbreviations still expand when present; text without any reads the same as before the prefilter
+    from rules.validators.medical.icd10 import content_words
+
+    assert content_words("T2DM with HTN") == content_words("type 2 diabetes mellitus with hypertension")
+    assert content_words("Essential (primary) hypertension") == frozenset({"essential", "primary", "hypertension"})

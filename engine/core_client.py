@@ -37,7 +37,7 @@ import zmq.asyncio
 from engine.core_proc import run_engine_core
 from engine.errors import EngineDeadError
 from engine.output_processor import OutputProcessor
-from engine.outputs import RequestOutput
+from engine.outputs import RequestOutput, merge_deltas
 from engine.sampling_params import InvalidRequestError, SamplingParams
 from engine.serial import output_from_wire, pack, params_to_wire, unpack
 from engine.tokenizer import Tokenizer
@@ -302,11 +302,20 @@ class EngineCoreClient:
         finished = False
         try:
             self._send(["add", request_id, token_ids, params_to_wire(params), intent, cache_salt])
+            carried: RequestOutput | BaseException | None = None
             while True:
-                item = await queue.get()
+                item = carried if carried is not None else await queue.get()
+                carried = None
                 if isinstance(item, BaseException):
                     finished = True   # the core has already dropped it (refused, or dead)
                     raise item
+                # deltas that queued up while the consumer was busy go out as one (one wake-up, one gate pass)
+                while output_kind == "delta" and not item.finished and not queue.empty():
+                    following = queue.get_nowait()
+                    if isinstance(following, BaseException):
+                        carried = following
+                        break
+                    item = merge_deltas(item, following)
                 finished = item.finished
                 yield item
                 if finished:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -101,3 +101,13 @@ class RequestOutput:
 
 
 OUTPUT_KINDS = ("cumulative", "delta")
+
+
+def merge_deltas(earlier: RequestOutput, later: RequestOutput) -> RequestOutput:
+    """Two consecutive delta outputs of one request as one: a consumer that fell behind by several engine
+    steps takes them in a single wake-up (as vLLM's output collector does). The later one's state wins."""
+    logprobs = None if earlier.logprobs is None and later.logprobs is None else \
+        [*(earlier.logprobs or []), *(later.logprobs or [])]
+    return replace(later, token_ids=earlier.token_ids + later.token_ids, text=earlier.text + later.text,
+                   new_token_ids=earlier.new_token_ids + later.new_token_ids, new_text=earlier.new_text + later.new_text,
+                   logprobs=logprobs, events=earlier.events + later.events)

@@ -56,8 +56,8 @@ from auditor.store.database import Database
 from auditor.tenants.service import detection_mode
 from auditor.trail.chain import sha256_text
 from auditor.trail.group_commit import GroupCommitter
-from auditor.trail.records import NewRecord, append_in_transaction
-from auditor.trail.segments import StreamOpening, insert_opening, insert_segment, release_segments
+from auditor.trail.records import NewRecord
+from auditor.trail.segments import ChainedRecordWrite, StreamOpening, insert_opening, insert_segment
 from engine.errors import EngineDeadError
 from engine.outputs import RequestOutput, TokenLogprob
 from engine.sampling_params import InvalidRequestError, SamplingParams
@@ -441,12 +441,9 @@ class InferenceService:
         finally:
             self._observe(prepared, gate, generation, "error", action, usage)
 
-    def _append(self, record: NewRecord) -> Callable[[Connection], None]:
+    def _append(self, record: NewRecord) -> ChainedRecordWrite:
         """The write that chains the record; the segments it now covers go in the same commit."""
-        def write(conn: Connection) -> None:
-            append_in_transaction(conn, record, key=self.database.chain_key)
-            release_segments(conn, record.id)
-        return write
+        return ChainedRecordWrite(record, self.database.chain_key)
 
     def _build_record(self, prepared: Prepared, gate: OutputGate, generation: _Generation, status: str,
                       action: str, delivered: str, finish_reason: str, error: str | None, *, usage: Usage,

@@ -5,6 +5,9 @@ arrival order (so the chain order is the commit order, as before). Each caller i
 commit that holds its write, so "no output without its committed row" holds exactly as with one commit per
 write; on SQLite (one fsync per commit at synchronous=FULL) a group of N costs about one commit instead of N.
 
+Writes that know how to run together (a `combine` attribute, e.g. chained record appends: one head lock, one
+multi-row insert) are handed over together, in arrival order, where the first of them stood.
+
 If a group's transaction fails with an error that one write could have caused (an integrity or data error, a
 bug), each write of the group is retried alone, so one bad write cannot fail the others. If it fails because
 the store is down or stuck, every write of the group fails at once. No write waits longer than `timeout_s`
@@ -106,7 +109,7 @@ class GroupCommitter:
         timeout = max(min(item.deadline for item in live) - now, _MIN_TIMEOUT_S)
         try:
             with self.database.write_connection(timeout_s=timeout) as conn:
-                results = [item.write(conn) for item in live]
+                results = _run_writes(conn, [item.write for item in live])
         except _ITEM_SPECIFIC as exc:
             if len(live) == 1:
                 _answer(live[0], error=exc)
@@ -123,6 +126,24 @@ class GroupCommitter:
         self.writes += len(live)
         for item, result in zip(live, results, strict=True):
             _answer(item, result=result)
+
+
+def _run_writes(conn: Connection, writes: list[Write]) -> list[Any]:
+    """Each write's result; writes sharing a `combine` run as one call of it, at the first one's turn."""
+    results: list[Any] = [None] * len(writes)
+    done: set[int] = set()
+    for index, write in enumerate(writes):
+        if index in done:
+            continue
+        combine = getattr(write, "combine", None)
+        if combine is None:
+            results[index] = write(conn)
+            continue
+        batch = [i for i in range(index, len(writes)) if getattr(writes[i], "combine", None) == combine]
+        for i, result in zip(batch, combine(conn, [writes[i] for i in batch]), strict=True):
+            results[i] = result
+        done.update(batch)
+    return results
 
 
 def _answer(item: _Pending, *, result: Any = None, error: BaseException | None = None) -> None:

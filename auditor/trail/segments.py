@@ -17,10 +17,10 @@ from typing import Any
 from sqlalchemy import Connection, delete, func, insert, select
 
 from auditor.store.base import utcnow
-from auditor.store.database import Database
+from auditor.store.database import ChainKey, Database
 from auditor.trail.chain import sha256_text
 from auditor.trail.models import AuditRecord, StreamSegment
-from auditor.trail.records import NewRecord, append_in_transaction
+from auditor.trail.records import AppendedRecord, NewRecord, append_batch, append_in_transaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +61,28 @@ def _insert(conn: Connection, audit_id: str, index: int, tenant: str, mode: str,
         "text_sha256": sha256_text(text) if text is not None else None, "details": details,
         "created_at": utcnow(),
     })
+
+
+@dataclass(frozen=True, slots=True)
+class ChainedRecordWrite:
+    """A group-commit write (`auditor.trail.group_commit`): chain a request's record and drop the stream
+    segments it now covers, in one transaction. Several ready together share one head lock and one insert."""
+
+    record: NewRecord
+    key: ChainKey
+
+    def __call__(self, conn: Connection) -> AppendedRecord:
+        appended = append_in_transaction(conn, self.record, key=self.key)
+        release_segments(conn, self.record.id)
+        return appended
+
+    @staticmethod
+    def combine(conn: Connection, writes: list[ChainedRecordWrite]) -> list[AppendedRecord]:
+        if any(write.key != writes[0].key for write in writes):   # never with one store; kept exact regardless
+            return [write(conn) for write in writes]
+        appended = append_batch(conn, [write.record for write in writes], key=writes[0].key)
+        conn.execute(delete(StreamSegment).where(StreamSegment.audit_id.in_([write.record.id for write in writes])))
+        return appended
 
 
 def release_segments(conn: Connection, audit_id: str) -> None:

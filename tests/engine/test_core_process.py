@@ -56,13 +56,37 @@ def test_outputs_match_the_in_process_engine_and_arrive_as_deltas(tiny_llama):
         # delta outputs: each holds only what is new; together they are the whole answer
         assert [t for o in outs for t in o.token_ids] == want.token_ids
         assert "".join(o.text for o in outs) == want.text
-        assert all(len(o.token_ids) <= 1 for o in outs)
+        assert len(outs) > 1 and all(len(o.token_ids) < 12 for o in outs[:-1])
         assert outs[-1].finished and outs[-1].finish_reason == "length"
         assert outs[-1].stats.num_generated_tokens == 12 and outs[-1].stats.num_prompt_tokens > 0
     assert cumulative[-1].token_ids == expected[0].token_ids and cumulative[-1].text == expected[0].text
     assert stats["num_requests_finished"] == 4 and stats["num_requests_running"] == 0
     assert model_id == tiny_llama.name and len(checkpoint) == 64
     assert dtype == in_process.dtype   # the core's resolved dtype (dtype=auto) reaches the audit records' side
+
+
+def test_a_consumer_that_falls_behind_gets_the_queued_deltas_merged(tiny_llama):
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, logprobs=1)
+    expected = LLMEngine.from_pretrained(tiny_llama).generate(["The patient was"], params)[0]
+
+    async def main():
+        client = _client(tiny_llama)
+        await client.start()
+        try:
+            outs = []
+            async for out in client.generate("The patient was", params, request_id="slow", output_kind="delta"):
+                outs.append(out)
+                await asyncio.sleep(0.05)   # busy elsewhere while the core keeps stepping
+            return outs
+        finally:
+            await client.shutdown()
+
+    outs = asyncio.run(main())
+    assert len(outs) < 24 and any(len(o.token_ids) > 1 for o in outs)   # fewer wake-ups than tokens
+    assert [t for o in outs for t in o.token_ids] == [t for o in outs for t in o.new_token_ids] == expected.token_ids
+    assert "".join(o.text for o in outs) == "".join(o.new_text for o in outs) == expected.text
+    assert [lp.token_id for o in outs for lp in o.logprobs] == expected.token_ids
+    assert outs[-1].finished and outs[-1].stats.num_generated_tokens == 24
 
 
 def test_refusals_cross_the_boundary_and_stop_strings_free_the_core(tiny_llama):

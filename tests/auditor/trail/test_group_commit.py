@@ -115,3 +115,56 @@ def test_a_cancelled_caller_does_not_withdraw_its_write(database: Database) -> N
     committer.stop()
     with database.engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM audit_records")).scalar() == 2
+
+
+def test_record_appends_ready_together_share_one_head_update_and_keep_their_order(database: Database) -> None:
+    from auditor.trail.segments import ChainedRecordWrite, StreamOpening, insert_opening, insert_segment
+    from auditor.trail.models import StreamSegment
+
+    _slow_commits(database, 0.05)
+    committer = GroupCommitter(database, timeout_s=10)
+    records = [_record(i) for i in range(12)]
+    head_updates = []
+
+    @event.listens_for(database.engine, "before_cursor_execute")
+    def count(_conn, _cursor, statement, *_args) -> None:
+        if statement.lstrip().upper().startswith("UPDATE CHAIN_HEAD "):
+            head_updates.append(statement)
+
+    async def main():
+        for record in records:   # each request's stream had segments before its record
+            opening = StreamOpening(record.id, "acme", "raw", {})
+            await committer.write(lambda conn, o=opening: (insert_opening(conn, o), insert_segment(conn, o, 1, "x")))
+        head_updates.clear()
+        return await asyncio.gather(*(committer.write(ChainedRecordWrite(r, database.chain_key)) for r in records))
+
+    appended = asyncio.run(main())
+    committer.stop()
+    assert [a.id for a in appended] == [r.id for r in records]          # each caller gets its own record back
+    assert sorted(a.seq for a in appended) == [a.seq for a in appended]  # chained in arrival order
+    assert 0 < len(head_updates) < len(records)                           # grouped appends share a head update
+    with database.engine.connect() as conn:
+        assert verify_trail(conn, TEST_CHAIN_KEY.hmac_key).ok
+        assert conn.execute(select(StreamSegment.audit_id)).first() is None   # the records cover the segments
+
+
+def test_a_combined_write_mixed_with_plain_ones_answers_each_in_place(database: Database) -> None:
+    from auditor.trail.group_commit import _run_writes
+
+    calls = []
+
+    class Batchable:
+        def __init__(self, n):
+            self.n = n
+
+        def __call__(self, conn):
+            raise AssertionError("run together, not alone")
+
+        @staticmethod
+        def combine(conn, writes):
+            calls.append([w.n for w in writes])
+            return [w.n * 10 for w in writes]
+
+    with database.write_connection() as conn:
+        results = _run_writes(conn, [Batchable(1), lambda c: "a", Batchable(2), lambda c: "b", Batchable(3)])
+    assert results == [10, "a", 20, "b", 30] and calls == [[1, 2, 3]]

@@ -3,12 +3,15 @@
 Two `auditor serve` processes over real HTTP: the upstream (the bundled model, nothing in front of it) and
 the service (no local engine, the upstream in its model registry). The same request goes to the upstream
 directly and through the service, interleaved pair by pair, so load drifts hit both alike. Validators are
-excluded (no domain: no rule pack applies); everything else of the audit path is in: authentication, the
-input gate, the forwarded HTTP hop, the per-sentence output gate, the chained record's commit (and for
-streams the opening row and each sentence's segment, committed before they are flushed).
+excluded: the requests name no domain and domain detection is off (`--detection detect` measures the path
+with detection on, where a prompt detected as medical, legal or finance is also validated); everything else
+of the audit path is in: authentication, the input gate, the forwarded HTTP hop, the per-sentence output
+gate, the chained record's commit (and for streams the opening row and each sentence's segment, committed
+before they are flushed).
 
 Run: python -m benchmarks.upstream_overhead --json [--requests 200] [--store sqlite|postgres]
      [--scoring workers|embedded]   (workers, the default, needs AUDITOR_TEST_REDIS_URL)
+     [--detection off|detect]
 """
 
 from __future__ import annotations
@@ -112,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scoring", choices=["workers", "embedded"], default="workers",
                         help="workers (production shape): the service only publishes scoring work (Redis at "
                              "AUDITOR_TEST_REDIS_URL; no worker runs here); embedded: scored in the API process")
+    parser.add_argument("--detection", choices=["off", "detect"], default="off",
+                        help="the service's domain detection for requests that name no domain (detect: detected "
+                             "prompts are validated too, so validators are then included)")
     args = parser.parse_args(argv)
 
     workdir = Path(tempfile.mkdtemp(prefix="upstream-overhead-"))
@@ -128,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
               for mode in ("plain", "stream")}
     scoring = {"AUDITOR_REDIS_URL": os.environ["AUDITOR_TEST_REDIS_URL"]} if args.scoring == "workers" else {}
     service = ServeProcess(workdir / "service", database_url=database_url, env={
-        **scoring, "AUDITOR_LOCAL_ENGINE": "false", "AUDITOR_MODELS": json.dumps(models),
+        **scoring, "AUDITOR_LOCAL_ENGINE": "false", "AUDITOR_DOMAIN_DETECTION": args.detection, "AUDITOR_MODELS": json.dumps(models),
         "AUDITOR_SQLITE_SYNCHRONOUS": os.environ.get("BENCH_SQLITE_SYNC", "FULL")})   # FULL, the default: every commit fsynced
     try:
         service.start()
@@ -141,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         if service_store is not None:
             service_store.__exit__(None, None, None)
     report = {"benchmark": "upstream_overhead", "store": args.store, "scoring": args.scoring,
+              "detection": args.detection,
               "load_average": os.getloadavg(),
               "cpus": os.cpu_count(), "results": results}
     if args.json:

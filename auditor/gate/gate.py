@@ -151,6 +151,11 @@ class OutputGate:
         self.refused = False
         self._buffer = ""
 
+    @property
+    def verifies(self) -> bool:
+        """Whether sentences go to validators (a domain, or detection that may find one)."""
+        return self.domain is not None or self.domains_for is not None
+
     def feed(self, delta: str) -> str:
         """Add generated text; return the gated text that may be sent now (possibly empty)."""
         return self.release_complete() if self.buffer(delta) else ""

@@ -348,15 +348,21 @@ class InferenceService:
                     # deltas only extend an unfinished sentence; those are buffered here, without a thread hop.
                     released = ""
                     if gate.buffer(out.new_text):
-                        released = await anyio.to_thread.run_sync(gate.release_complete)
+                        released = await self._off_loop(gate, gate.release_complete)
                     if out.finished:
-                        released += await anyio.to_thread.run_sync(gate.finish)
+                        released += await self._off_loop(gate, gate.finish)
                     if released:
                         generation.first_release = generation.first_release or time.perf_counter()
                         yield released
                     if gate.refused:
                         generation.finish_reason = "content_filter"
                         break
+
+    @staticmethod
+    async def _off_loop(gate: OutputGate, step: Callable[[], str]) -> str:
+        """A gate step: on a worker thread when validators run (CPU work that must not stall the event loop
+        serving other requests), inline when none do (a PII screen is cheaper than the thread hop)."""
+        return await anyio.to_thread.run_sync(step) if gate.verifies else step()
 
     def _outcome(self, prepared: Prepared, gate: OutputGate, generation: _Generation) -> Outcome:
         refusal = prepared.input_gate.refusal
@@ -415,7 +421,8 @@ class InferenceService:
 
     # -- recording -------------------------------------------------------------------------------
     async def _record(self, prepared: Prepared, gate: OutputGate, generation: _Generation, outcome: Outcome) -> None:
-        violations = await anyio.to_thread.run_sync(self._violations, prepared, generation.text)
+        violations = (await anyio.to_thread.run_sync(self._violations, prepared, generation.text)
+                      if prepared.kg is not None and prepared.kg.applied else None)
         usage = self._usage(prepared, generation, outcome.status, outcome.text, bool(outcome.tool_calls))
         record = self._build_record(prepared, gate, generation, outcome.status, outcome.gate_action, outcome.text,
                                     outcome.finish_reason, None, usage=usage, violations=violations)

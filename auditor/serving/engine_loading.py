@@ -65,8 +65,8 @@ def engine_config(settings: Settings) -> EngineConfig:
 def check_engine_settings(settings: Settings) -> None:
     """Raise ValueError naming the setting when the engine settings cannot work (with this model), so that
     `auditor serve` refuses them in one line before it starts. A missing checkpoint is the engine's to report."""
-    from engine.kv_spec import KVCacheSpec
-    from engine.loader import load_model_config
+    from engine.config import load_model_config
+    from engine.kernels.kv_layout import value_group_size
 
     config = engine_config(settings)
     config.validate()
@@ -80,8 +80,7 @@ def check_engine_settings(settings: Settings) -> None:
             raise ValueError(f"kv_cache_cold_dir {cold_dir} is not writable")
     path = settings.resolved_model_path()
     if (path / "config.json").is_file():
-        model_config = load_model_config(path)
-        KVCacheSpec.from_configs(model_config, config, model_config.torch_dtype)
+        value_group_size(load_model_config(path), config)
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,11 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _serve_with_gc_off(args: argparse.Namespace) -> int:
+    # wordfreq finds its data folder through inspect.stack(), which reads the source of every frame on the stack
+    # and scans sys.modules for each: imported first, from this shallow stack, it costs 0.2 s; imported where the
+    # validators and the domain detector first import it, deep in the app's import chain, ~1 s.
+    import wordfreq  # noqa: F401
+
     from auditor.serving.engine_loading import EngineLoadError, check_engine_settings, start_engine_core
 
     settings = load_settings()

@@ -48,3 +48,20 @@ check_engine_settings(Settings())
 assert "torch" not in sys.modules, "torch imported in the API process"
 """)
 
+
+
+def test_eyecite_is_imported_on_first_use_and_by_the_deferred_loader() -> None:
+    _run("""
+import sys
+from rules.validators.legal.citation_parsing import find_case_citations
+assert "eyecite" not in sys.modules, "imported with the validators"
+found = find_case_citations("The court relied on Marbury v. Madison, 5 U.S. 137 (1803).")
+assert "eyecite" in sys.modules and [(c.volume, c.page) for c in found] == [("5", "137")], found
+""")
+    _run("""
+import sys
+from auditor.serving.deferred_imports import load_deferred
+import rules.validators.legal.citation_parsing
+load_deferred()
+assert "eyecite.tokenizers" in sys.modules
+""")

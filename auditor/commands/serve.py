@@ -46,6 +46,9 @@ def _serve_with_gc_off(args: argparse.Namespace) -> int:
     from auditor.serving.engine_loading import EngineLoadError, check_engine_settings, start_engine_core
 
     settings = load_settings()
+    from engine.memory import limit_malloc_arenas
+
+    limit_malloc_arenas(settings.malloc_arena_max)   # before uvicorn and the worker threads start allocating
     host, port = args.host or settings.host, args.port or settings.port
     if settings.local_engine:   # a replica that only forwards to upstreams has no engine to check
         try:

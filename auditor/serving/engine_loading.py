@@ -43,6 +43,7 @@ def engine_options(settings: Settings) -> dict[str, Any]:
     from knowledge_graphs.decoding.constraint_masks import CacheLimits
 
     return {"limits": CacheLimits(views=settings.kg_constraint_views,
+                                  view_bytes=int(settings.kg_constraint_view_mb * 2**20),
                                   masks_per_view=settings.kg_constraint_masks_per_view,
                                   shared_per_domain=settings.kg_constraint_shared_per_domain),
             "index_cache_dir": settings.index_cache_dir, "config": engine_config(settings)}
@@ -146,6 +147,9 @@ class EngineRecipe:
     def __call__(self) -> LLMEngine:
         # No cyclic GC while building (torch's import and the KGs are millions of long-lived objects, and
         # build_engine collects once at its end); what is built is frozen out of the GC's view for the step loop.
+        from engine.memory import limit_malloc_arenas
+
+        limit_malloc_arenas(self.settings.malloc_arena_max)   # before the step loop's threads allocate
         enabled = gc.isenabled()
         gc.disable()
         try:

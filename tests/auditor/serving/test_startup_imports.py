@@ -65,3 +65,11 @@ import rules.validators.legal.citation_parsing
 load_deferred()
 assert "eyecite.tokenizers" in sys.modules
 """)
+
+
+def test_malloc_arenas_are_limited_where_glibc_is() -> None:
+    from engine.memory import limit_malloc_arenas
+
+    assert limit_malloc_arenas(0) is False   # 0: glibc's default, nothing done
+    if Path("/lib/x86_64-linux-gnu/libc.so.6").exists() or Path("/lib/aarch64-linux-gnu/libc.so.6").exists():
+        assert limit_malloc_arenas(8) is True

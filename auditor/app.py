@@ -209,14 +209,14 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                     _load_runtime, settings, packs, core)
                 if loaded_engine is not None and loaded_engine is not core:
                     stack.push_async_callback(_shutdown_engine, loaded_engine)
-            # What `auditor serve` deferred (simple-icd-10-cm) loads now, while the engine core may still be
-            # loading on the other CPU; ready waits for it, so no request pays for it.
-            deferred = start_loading_deferred()
+            # What `auditor serve` deferred (simple-icd-10-cm, eyecite) loads now, while the engine core may still be
+            # loading on the other CPU. Ready does not wait for it: a request that needs one of them first waits
+            # for its import, and is served as it would be later (auditor.serving.deferred_imports).
+            start_loading_deferred()
             runtime_ready = time.perf_counter()
             if callable(getattr(loaded_engine, "start", None)):   # an engine passed in is started, not shut down
                 await loaded_engine.start()
             engine_ready = time.perf_counter()
-            await anyio.to_thread.run_sync(deferred.join)
             if loaded_detector is not None:   # the embedded worker scores with the same detector
                 install_detector(loaded_detector)
             if loaded_engine is not None:

@@ -16,10 +16,13 @@ class CliError(Exception):
     """A user-facing failure: printed as one line, exit status 2."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every subcommand's parser; with `only` (a module name in COMMANDS), that one alone: importing a command
+    module imports what it runs (the trail, the rule packs and their validators), and `auditor serve` should
+    pay only for its own (its start-up time is a target: benchmarks.startup)."""
     parser = argparse.ArgumentParser(prog="auditor", description="Domain hallucination-audit and compliance service")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         try:
             module = importlib.import_module(f"auditor.commands.{name}")
         except ModuleNotFoundError as exc:
@@ -30,8 +33,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_module(argv: list[str]) -> str | None:
+    """The module of the subcommand argv names first (`engine-core` -> engine_core), or None (`--help`, a
+    misspelt or unknown command: then every parser is built, so argparse lists them all)."""
+    name = argv[0].replace("-", "_") if argv else ""
+    return name if name in COMMANDS else None
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(_command_module(argv)).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except CliError as exc:

@@ -1,14 +1,20 @@
-"""Model configuration (parsed from a Hugging Face config.json) and engine configuration."""
+"""Model configuration (parsed from a Hugging Face config.json) and engine configuration.
+
+torch-free at import, and so is parsing a config.json: an API process reads both (the engine settings it checks
+before launching its engine core, the intent priorities of its metrics) and never loads torch; the dtype becomes
+a torch.dtype only where the engine is built (`ModelConfig.torch_dtype`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from engine.checkpoint import token_ids
+from engine.checkpoint import read_json, token_ids
 from engine.errors import ModelLoadError
+
+if TYPE_CHECKING:
+    import torch
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 
@@ -18,20 +24,28 @@ KV_CACHE_STRATEGIES = ("static", "tiered")      # tiered: evicted prefix blocks 
 KV_CACHE_GROUP_SIZES = (32, 64)
 DEFAULT_BLOCK_SIZE = 16
 
+# accepted spellings -> torch's name for the dtype
 _DTYPES = {
-    "float32": torch.float32, "fp32": torch.float32,
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+    "float32": "float32", "fp32": "float32",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float16": "float16", "fp16": "float16", "half": "float16",
 }
 
 
-def parse_dtype(name: str | torch.dtype) -> torch.dtype:
-    if isinstance(name, torch.dtype):
-        return name
+def canonical_dtype(name: str) -> str:
+    """The canonical name ("float32", "bfloat16", "float16") of a dtype spelling, without importing torch."""
     try:
         return _DTYPES[name]
     except KeyError:
         raise ModelLoadError(f"unsupported dtype {name!r}; use one of {sorted(_DTYPES)}") from None
+
+
+def parse_dtype(name: str | torch.dtype) -> torch.dtype:
+    import torch
+
+    if isinstance(name, torch.dtype):
+        return name
+    return getattr(torch, canonical_dtype(name))
 
 
 @dataclass(slots=True)
@@ -52,7 +66,7 @@ class ModelConfig:
     max_position_embeddings: int
     tie_word_embeddings: bool
     attention_bias: bool
-    torch_dtype: torch.dtype
+    checkpoint_dtype: str         # canonical name ("float32", "bfloat16", ...)
     bos_token_id: int | None
     eos_token_ids: list[int]
     sliding_window: int | None
@@ -94,11 +108,23 @@ class ModelConfig:
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             # Qwen2 always has q/k/v biases; Llama may via attention_bias
             attention_bias=arch == "Qwen2ForCausalLM" or bool(raw.get("attention_bias", False)),
-            torch_dtype=parse_dtype(raw.get("torch_dtype") or raw.get("dtype") or "float32"),
+            checkpoint_dtype=canonical_dtype(raw.get("torch_dtype") or raw.get("dtype") or "float32"),
             bos_token_id=raw.get("bos_token_id"),
             eos_token_ids=eos_ids,
             sliding_window=int(raw["sliding_window"]) if use_sliding and raw.get("sliding_window") else None,
         )
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """The checkpoint's dtype as torch's (imports torch)."""
+        return parse_dtype(self.checkpoint_dtype)
+
+
+def load_model_config(path: Path) -> ModelConfig:
+    try:
+        return ModelConfig.from_hf_dict(read_json(path / "config.json"))
+    except KeyError as exc:
+        raise ModelLoadError(f"{path / 'config.json'} lacks required field {exc.args[0]!r}") from exc
 
 
 def _default_intent_priorities() -> dict[str, int]:

@@ -22,9 +22,9 @@ from typing import Any
 import torch
 
 from engine.config import EngineConfig, ModelConfig
-from engine.kernels.kv_quant import META_DTYPE, check_layout, quantized_boundary
-
-_BITS = {"auto": 0, "int8": 8, "int4": 4}
+from engine.kernels.kv_layout import KV_BITS as _BITS
+from engine.kernels.kv_layout import quantized_boundary, value_group_size
+from engine.kernels.kv_quant import META_DTYPE
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +42,8 @@ class KVCacheSpec:
     @classmethod
     def from_configs(cls, model: ModelConfig, config: EngineConfig, model_dtype: torch.dtype) -> KVCacheSpec:
         """Raises ValueError naming the setting when the model cannot use the requested layout."""
-        config.validate()
+        group = value_group_size(model, config)
         quantized = config.kv_cache_dtype != "auto"
-        group = min(config.kv_cache_group_size, model.head_dim)
-        if quantized:
-            try:
-                check_layout(model.head_dim, _BITS[config.kv_cache_dtype], group)
-            except ValueError as exc:
-                raise ValueError(f"kv_cache_dtype={config.kv_cache_dtype} does not fit this model: {exc}") from None
         return cls(
             dtype=config.kv_cache_dtype, strategy=config.kv_cache_strategy, model_dtype=model_dtype,
             num_layers=model.num_hidden_layers, num_kv_heads=model.num_key_value_heads, head_dim=model.head_dim,

@@ -10,19 +10,12 @@ import torch
 from safetensors import safe_open
 
 from engine.checkpoint import generation_eos_ids, read_json
-from engine.config import ModelConfig, ModelLoadError
+from engine.config import ModelLoadError, load_model_config
 
 __all__ = ["checkpoint_hash", "generation_eos_ids", "iter_weights", "load_model_config", "read_json", "weight_files"]
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
-
-
-def load_model_config(path: Path) -> ModelConfig:
-    try:
-        return ModelConfig.from_hf_dict(read_json(path / "config.json"))
-    except KeyError as exc:
-        raise ModelLoadError(f"{path / 'config.json'} lacks required field {exc.args[0]!r}") from exc
 
 
 def weight_files(path: Path) -> list[Path]:

@@ -38,9 +38,17 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _serve_with_gc_off(args: argparse.Namespace) -> int:
+    # wordfreq finds its data folder through inspect.stack(), which reads the source of every frame on the stack
+    # and scans sys.modules for each: imported first, from this shallow stack, it costs 0.2 s; imported where the
+    # validators and the domain detector first import it, deep in the app's import chain, ~1 s.
+    import wordfreq  # noqa: F401
+
     from auditor.serving.engine_loading import EngineLoadError, check_engine_settings, start_engine_core
 
     settings = load_settings()
+    from engine.memory import limit_malloc_arenas
+
+    limit_malloc_arenas(settings.malloc_arena_max)   # before uvicorn and the worker threads start allocating
     host, port = args.host or settings.host, args.port or settings.port
     if settings.local_engine:   # a replica that only forwards to upstreams has no engine to check
         try:

@@ -1,12 +1,18 @@
-"""Modules whose import is expensive and whose first use is rare, imported after the rest of the service has
-loaded rather than on the way to `/ready`.
+"""Modules whose import is expensive and that no request needs before it names them, imported after the rest of
+the service has loaded rather than on the way to `/ready`.
 
 simple-icd-10-cm parses the whole ICD-10-CM XML table when it is imported (1.4 CPU seconds, a third of an API
 process's start), and the validators use it only for sentences that quote an ICD-10-CM code. `defer()` puts a
 stand-in into `sys.modules` before the validators import it; the stand-in imports the real module on its first
 attribute access (whichever thread asks first, the others wait on the same lock), and `load_deferred()`, run by
 `auditor serve` on a background thread once its own loading is done and while the engine core still loads, does
-it ahead of any request. importlib's LazyLoader does the same but is not thread-safe in Python 3.11.
+it ahead of most requests; `/ready` does not wait for it, so a request that needs one of them in the first second
+or two after ready waits for its import (and is served as it would be later).
+
+eyecite (~1 CPU second of regex compiling on import) is imported inside the one function that uses it; `PRELOADED`
+names such modules, which `load_deferred` imports the same way (Python's per-module import locks make a request
+that imports one meanwhile wait for the same import). importlib's LazyLoader does what `defer` does but is not
+thread-safe in Python 3.11.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from collections.abc import Iterable
 from typing import Any
 
 DEFERRED = ("simple_icd_10_cm",)
+PRELOADED = ("eyecite.tokenizers",)
 
 
 class _Deferred(types.ModuleType):
@@ -59,11 +66,14 @@ def defer(names: Iterable[str] = DEFERRED) -> None:
             sys.modules[name] = _Deferred(spec)
 
 
-def load_deferred() -> None:
-    """Import every deferred module now (`defer`'s stand-ins; a module imported for real is left alone)."""
+def load_deferred(preloaded: Iterable[str] = PRELOADED) -> None:
+    """Import every deferred module now (`defer`'s stand-ins; a module imported for real is left alone), and the
+    modules named in `preloaded`."""
     for module in list(sys.modules.values()):
         if isinstance(module, _Deferred):
             module.load()
+    for name in preloaded:
+        importlib.import_module(name)
 
 
 def start_loading_deferred() -> threading.Thread:

@@ -43,6 +43,7 @@ def engine_options(settings: Settings) -> dict[str, Any]:
     from knowledge_graphs.decoding.constraint_masks import CacheLimits
 
     return {"limits": CacheLimits(views=settings.kg_constraint_views,
+                                  view_bytes=int(settings.kg_constraint_view_mb * 2**20),
                                   masks_per_view=settings.kg_constraint_masks_per_view,
                                   shared_per_domain=settings.kg_constraint_shared_per_domain),
             "index_cache_dir": settings.index_cache_dir, "config": engine_config(settings)}
@@ -65,8 +66,8 @@ def engine_config(settings: Settings) -> EngineConfig:
 def check_engine_settings(settings: Settings) -> None:
     """Raise ValueError naming the setting when the engine settings cannot work (with this model), so that
     `auditor serve` refuses them in one line before it starts. A missing checkpoint is the engine's to report."""
-    from engine.kv_spec import KVCacheSpec
-    from engine.loader import load_model_config
+    from engine.config import load_model_config
+    from engine.kernels.kv_layout import value_group_size
 
     config = engine_config(settings)
     config.validate()
@@ -80,8 +81,7 @@ def check_engine_settings(settings: Settings) -> None:
             raise ValueError(f"kv_cache_cold_dir {cold_dir} is not writable")
     path = settings.resolved_model_path()
     if (path / "config.json").is_file():
-        model_config = load_model_config(path)
-        KVCacheSpec.from_configs(model_config, config, model_config.torch_dtype)
+        value_group_size(load_model_config(path), config)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +147,9 @@ class EngineRecipe:
     def __call__(self) -> LLMEngine:
         # No cyclic GC while building (torch's import and the KGs are millions of long-lived objects, and
         # build_engine collects once at its end); what is built is frozen out of the GC's view for the step loop.
+        from engine.memory import limit_malloc_arenas
+
+        limit_malloc_arenas(self.settings.malloc_arena_max)   # before the step loop's threads allocate
         enabled = gc.isenabled()
         gc.disable()
         try:

@@ -12,16 +12,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 import migrations
 from auditor.settings import Settings
+
+if TYPE_CHECKING:   # alembic is imported where migrations run: an engine core that reads KG versions never does
+    from alembic.config import Config
 
 _IMMEDIATE = "auditor_begin_immediate"
 _SQLITE_BUSY_TIMEOUT_MS = 30_000   # batch work (imports, purges) may wait this long for the write lock
@@ -111,6 +112,8 @@ class Database:
 
     def upgrade(self, revision: str = "head", *, hmac_key: bytes | None = None) -> None:
         """Migrate; with the HMAC key, revisions that start a ledger over existing rows sign its head."""
+        from alembic import command
+
         config = alembic_config(self)
         config.attributes["hmac_key"] = hmac_key
         command.upgrade(config, revision)
@@ -126,6 +129,8 @@ def _sqlite_busy_timeout(conn: Connection, milliseconds: int) -> None:
 
 def alembic_config(database: Database) -> Config:
     """Alembic config built in code so `auditor db upgrade` works from an installed package."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(Path(migrations.__file__).parent))
     # Passed as an attribute, not an ini option: configparser would choke on '%' in URLs.

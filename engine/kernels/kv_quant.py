@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-SUPPORTED_BITS = (8, 4)
+from engine.kernels.kv_layout import SUPPORTED_BITS, check_layout, quantized_boundary  # noqa: F401 - re-exported
+
 META_DTYPE = torch.float16
 _SMALLEST_SCALE = 2.0**-14   # the smallest normal fp16: a constant group still gets a usable scale
 _FP16_MAX = 65504.0
@@ -81,23 +82,6 @@ class QuantizedBlocks:
         values = dequantize_values(self.v_data.index_select(0, block_ids), self.v_meta.index_select(0, block_ids),
                                    self.bits, dtype)
         return keys, values
-
-
-def quantized_boundary(position: int, residual_tokens: int, block_size: int) -> int:
-    """Blocks [0, boundary) are quantized for a query at `position`: every complete group of
-    `residual_tokens` tokens before it (KIVI's residual; 0 when residual_tokens is 0: none)."""
-    if not residual_tokens:
-        return 0
-    return (position // residual_tokens) * (residual_tokens // block_size)
-
-
-def check_layout(head_dim: int, bits: int, group_size: int) -> None:
-    if bits not in SUPPORTED_BITS:
-        raise ValueError(f"KV quantization supports {SUPPORTED_BITS} bits, got {bits}")
-    if head_dim % group_size:
-        raise ValueError(f"head_dim {head_dim} is not a multiple of the value group size {group_size}")
-    if bits == 4 and head_dim % 2:
-        raise ValueError(f"int4 packs two channels per byte: head_dim must be even, got {head_dim}")
 
 
 def quantize_keys(keys: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import string
 from collections import deque
+from typing import TYPE_CHECKING
 
-import xgrammar as xgr
+if TYPE_CHECKING:
+    import xgrammar as xgr
+
 
 # Ordered so that the usual closers come first: between two candidates of the same length the earlier wins.
 CLOSING_PIECES = ('"', "}", "]", "0", "null", ",", ":", '""', " ", "a", "-", ".", "e", "1", "true", "false")

@@ -23,17 +23,22 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-import xgrammar as xgr
 from tokenizers import Tokenizer
 
 from engine.kernels.bitmask import apply_token_bitmask_additive, bitmask_from_token_ids, bitmask_words
+from engine.lazy_import import LazyModule
 from engine.outputs import ProcessorEvent
 from engine.processors.json_closing import shortest_closing
 from engine.processors.logits_process import LogitsProcessor
 from engine.sampling_params import InvalidRequestError, SamplingParams
+
+if TYPE_CHECKING:
+    import xgrammar as xgr
+else:   # imported on first use: most requests never ask for JSON (see `JsonModeProcessor.warm_up`)
+    xgr = LazyModule("xgrammar")
 
 JSON_OBJECT_SCHEMA = '{"type":"object"}'
 # Whitespace characters allowed between two JSON tokens: enough for pretty-printed nesting, but a
@@ -226,25 +231,51 @@ class JsonModeProcessor(LogitsProcessor):
         self.close_within_budget = close_within_budget
         self.cache_size = cache_size
         self._tokenizer = tokenizer
-        self._compiler = xgr.GrammarCompiler(
-            build_tokenizer_info(tokenizer, vocab_size=vocab_size, eos_token_ids=self.eos_token_ids),
-            cache_enabled=False,  # our LRU below is the one cache, with a bound
-        )
+        # XGrammar's compiler and batch matcher: built on first use (`_xgrammar`), or by `warm_up`
+        self._compiler_and_matcher: tuple[xgr.GrammarCompiler, xgr.BatchGrammarMatcher] | None = None
+        self._xgrammar_lock = threading.Lock()
         self._grammars: OrderedDict[str, xgr.CompiledGrammar] = OrderedDict()
         self._states: dict[str, _RequestState] = {}
         self._grammars_lock = threading.Lock()
-        self._batch_matcher = xgr.BatchGrammarMatcher()
         self._bitmask = torch.empty((8, bitmask_words(vocab_size)), dtype=torch.int32)  # [capacity, words]
         # What the mask looks like when the grammar leaves nothing but ending the sequence.
         self._stop_only = bitmask_from_token_ids(self.eos_token_ids, vocab_size)      # [words]
         self._scratch = torch.empty((1, bitmask_words(vocab_size)), dtype=torch.int32)  # [1, words]
+
+    def _xgrammar(self) -> tuple[xgr.GrammarCompiler, xgr.BatchGrammarMatcher]:
+        """XGrammar's compiler over this vocabulary and the batch matcher, built once, on first use."""
+        built = self._compiler_and_matcher
+        if built is None:
+            with self._xgrammar_lock:
+                built = self._compiler_and_matcher
+                if built is None:
+                    info = build_tokenizer_info(self._tokenizer, vocab_size=self.vocab_size,
+                                                eos_token_ids=self.eos_token_ids)
+                    built = self._compiler_and_matcher = (
+                        xgr.GrammarCompiler(info, cache_enabled=False),   # our LRU is the one cache, with a bound
+                        xgr.BatchGrammarMatcher())
+        return built
+
+    @property
+    def _compiler(self) -> xgr.GrammarCompiler:
+        return self._xgrammar()[0]
+
+    @property
+    def _batch_matcher(self) -> xgr.BatchGrammarMatcher:
+        return self._xgrammar()[1]
+
+    def warm_up(self) -> None:
+        """Import XGrammar, build its view of the vocabulary and compile the JSON-object grammar now (an engine
+        core does this on a thread once it is ready), so that the first JSON request does not pay for it; one
+        that comes sooner waits for the same work and is served as it would be later."""
+        self.compiled_grammar(JSON_OBJECT_SCHEMA)
 
     @classmethod
     def for_checkpoint(cls, path: str | Path, **kwargs: Any) -> JsonModeProcessor:
         """The processor for a Hugging Face checkpoint folder, with the vocabulary width and EOS ids
         that `LLMEngine.from_pretrained` derives for the same folder."""
         from engine.checkpoint import load_tokenizer
-        from engine.loader import load_model_config
+        from engine.config import load_model_config
 
         model_config = load_model_config(Path(path))
         tokenizer = load_tokenizer(path, model_config)

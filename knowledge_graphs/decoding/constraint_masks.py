@@ -50,6 +50,7 @@ class CacheLimits:
     grows with traffic."""
 
     views: int = 64               # allowed sets kept per domain
+    view_bytes: int = 48 * 2**20  # and at most about this much of them per domain (`AllowedView.approx_bytes`)
     masks_per_view: int = 4096    # decoding states (their masks, transitions, guard walks) kept per allowed set
     shared_per_domain: int = 65_536   # guard results shared by every allowed set of a domain
 
@@ -180,6 +181,7 @@ class DomainMasks:
         self.boundary_start: list[bool] = [f.startswith(SPACE) for f in folded]
         self.eos_ids = np.array(sorted({i for i in eos_token_ids if 0 <= i < self.vocab_size}), dtype=np.int64)
         self._views: OrderedDict[frozenset[str], AllowedView] = OrderedDict()   # LRU
+        self._view_bytes = 0   # what the cached views take, by their estimate when built
         self._views_lock = threading.Lock()   # views are built off the step thread (`prepare`)
         self._scratch = threading.local()
         # per boundary flag: the token's text closes no match (no boundary after its leading ones)
@@ -240,15 +242,26 @@ class DomainMasks:
                 return found
         built = AllowedView(self, key)   # outside the lock: the step thread may need another view meanwhile
         with self._views_lock:
-            found = self._views.setdefault(key, built)
+            found = self._views.get(key)
+            if found is None:
+                found = self._views[key] = built
+                self._view_bytes += built.approx_bytes
             self._views.move_to_end(key)
-            while len(self._views) > self.limits.views:
-                self._views.popitem(last=False)
+            # by count and by size: a medical allowed set's view is ~1-2 MB (arrays over the whole name trie),
+            # a finance one a few kB, so a count alone keeps either far too many or far too few
+            while len(self._views) > 1 and (len(self._views) > self.limits.views
+                                            or self._view_bytes > self.limits.view_bytes):
+                _, dropped = self._views.popitem(last=False)
+                self._view_bytes -= dropped.approx_bytes
         return found
 
     @property
     def cached_views(self) -> int:
         return len(self._views)
+
+    @property
+    def cached_view_bytes(self) -> int:
+        return self._view_bytes
 
     def advance_guard(self, guard: GuardState, text: str) -> tuple[GuardState, list[tuple[int, ...]]]:
         return advance(self.name_trie, guard, text)
@@ -276,6 +289,18 @@ class AllowedView:
         self._plain = {b: CachedMask(self.blocked(DecodeState(None, GuardState(boundary=b))), domain.vocab_size)
                        for b in (False, True)}
         self._transitions: dict[tuple[DecodeState, int], DecodeState] = {}   # memo of next_state
+        self.approx_bytes = self._estimate_bytes()
+
+    def _estimate_bytes(self) -> int:
+        """What this view holds when built, roughly (CPython object sizes on 64 bits): its arrays, the allowed
+        nodes' sets, the token trie (a dict per node) and the live nodes. The masks it caches later are bounded
+        by `CacheLimits.masks_per_view` and mostly small (a few blocked ids)."""
+        nodes = self.allowed_nodes
+        arrays = [nodes.allowed_array, nodes.live_array, *self._static.values(), *self._root_blocked.values(),
+                  *self._both.values()]
+        below = sum(len(names) for names in nodes.below.values())
+        return (sum(array.nbytes for array in arrays) + 200 * (len(nodes.live) + len(nodes.below)) + 40 * below
+                + 300 * len(self.trie) + 60 * len(self.live) + 60 * len(nodes.nodes))
 
     def _live_nodes(self) -> frozenset[int]:
         """Trie nodes whose text does not leave a forbidden name linked on the way (per

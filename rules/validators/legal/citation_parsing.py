@@ -14,8 +14,6 @@ from functools import cache
 from typing import Any
 
 import reporters_db
-from eyecite.models import CitationToken
-from eyecite.tokenizers import default_tokenizer
 
 # volume + reporter-ish token (capitalised abbreviations, at least one period) + page
 _CITATION_SHAPE = re.compile(
@@ -103,6 +101,11 @@ def find_case_citations(text: str) -> list[CaseCitation]:
     spans: list[tuple[int, int, str, str, str, bool]] = []
     # eyecite's tokenizer finds citations to reporters it knows; its metadata step (court, year, parties)
     # is skipped: it is the slow part and can attach a neighbour's year, so the context is read here.
+    # Imported here: eyecite compiles its reporter regexes on import (~1 CPU second), which `auditor serve` does
+    # after `/ready` (auditor.serving.deferred_imports); the first legal request waits for it if it comes sooner.
+    from eyecite.models import CitationToken
+    from eyecite.tokenizers import default_tokenizer
+
     _, tokens = default_tokenizer.tokenize(text)
     for _, token in tokens:
         if not isinstance(token, CitationToken) or "page" not in token.groups or "volume" not in token.groups:

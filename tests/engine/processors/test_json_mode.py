@@ -411,3 +411,32 @@ def test_engine_refuses_an_invalid_schema_before_any_compute(json_engine):
     with pytest.raises(InvalidRequestError, match="JSON schema"):
         engine.add_request("bad-schema", "hello", bad)
     assert not engine.has_unfinished()
+
+
+def test_xgrammar_loads_on_first_use_or_warm_up_and_the_first_request_is_served_the_same(byte_level_tokenizer) -> None:
+    """An engine core builds the processor before it is ready and imports XGrammar after (warm_up on a thread):
+    a JSON request that comes first builds the same compiler itself, and both get the same grammar."""
+    cold = JsonModeProcessor(byte_level_tokenizer, vocab_size=MODEL_VOCAB, eos_token_ids=[EOS])
+    assert cold._compiler_and_matcher is None   # nothing of XGrammar's built yet
+    cold.validate_params(_json_object())        # a first request: builds it on demand
+    warmed = JsonModeProcessor(byte_level_tokenizer, vocab_size=MODEL_VOCAB, eos_token_ids=[EOS])
+    warmed.warm_up()
+    assert cold._compiler_and_matcher is not None and warmed._compiler_and_matcher is not None
+    schema = '{"type":"object"}'
+    assert str(cold.compiled_grammar(schema).grammar) == str(warmed.compiled_grammar(schema).grammar)
+
+
+def test_a_processor_is_built_without_importing_xgrammar(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from engine.synthetic import write_tiny_checkpoint\n"
+        "from engine.processors.json_mode import JsonModeProcessor\n"
+        f"processor = JsonModeProcessor.for_checkpoint(write_tiny_checkpoint({str(tmp_path)!r}))\n"
+        "assert 'xgrammar' not in sys.modules, 'imported before first use'\n"
+        "processor.warm_up()\n"
+        "assert 'xgrammar' in sys.modules\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]

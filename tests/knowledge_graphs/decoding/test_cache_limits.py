@@ -58,3 +58,29 @@ def test_a_request_outlives_the_eviction_of_its_view(kg, tokenizer) -> None:
     for other in ALLOWED_SETS[1:]:   # push its view out of the cache
         processor.prepare(_params(other))
     assert _decode(processor, tokenizer, "r", text) == expected
+
+
+def test_views_stay_within_their_byte_budget_whatever_their_count_limit(kg, tokenizer) -> None:
+    """Views of a large KG's allowed sets are large: a generous count must not let them outgrow the budget."""
+    probe = KGConstraintProcessor(tokenizer, vocab_size=tokenizer.get_vocab_size(), eos_token_ids=[0],
+                                  kgs={"medical": kg})
+    sizes = [probe.domains["medical"].view(allowed).approx_bytes for allowed in ALLOWED_SETS]
+    assert all(size > 0 for size in sizes)
+    budget = sorted(sizes)[-2] + sorted(sizes)[-1]   # room for about two views
+    processor = KGConstraintProcessor(tokenizer, vocab_size=tokenizer.get_vocab_size(), eos_token_ids=[0],
+                                      kgs={"medical": kg}, limits=CacheLimits(views=1000, view_bytes=budget))
+    domain = processor.domains["medical"]
+    for _ in range(3):
+        for allowed in ALLOWED_SETS:
+            processor.prepare(_params(allowed))
+            assert domain.cached_view_bytes <= budget
+            assert domain.cached_view_bytes == sum(view.approx_bytes for view in domain._views.values())
+    assert 1 <= domain.cached_views < len(ALLOWED_SETS)
+
+
+def test_the_service_sizes_the_constraint_caches_from_its_settings() -> None:
+    from auditor.serving.engine_loading import engine_options
+    from auditor.settings import Settings
+
+    limits = engine_options(Settings(kg_constraint_views=7, kg_constraint_view_mb=3))["limits"]
+    assert limits.views == 7 and limits.view_bytes == 3 * 2**20

@@ -159,9 +159,12 @@ class Server:
 
 
 def start_server(*, source_root: Path | None = None, database_url: str | None = None, redis_url: str | None = None,
-                 env: dict[str, str] | None = None, ready_timeout_s: float = 600) -> Server:
+                 env: dict[str, str] | None = None, ready_timeout_s: float = 600,
+                 bytecode_cache: Path | None = None) -> Server:
     """`auditor serve` from this checkout, or from `source_root` (another checkout of the project, e.g. main as
-    it was, run with this interpreter), on a fresh SQLite file unless `database_url` names another store."""
+    it was, run with this interpreter), on a fresh SQLite file unless `database_url` names another store.
+    `bytecode_cache`: compiled modules are written and read there only (PYTHONPYCACHEPREFIX), even where the
+    environment forbids writing bytecode, so an empty folder is a cold start and a reused one a warm start."""
     workdir = Path(tempfile.mkdtemp(prefix="service-bench-"))
     port = _free_port()
     database_url = database_url or f"sqlite:///{workdir / 'audit.db'}"
@@ -172,6 +175,9 @@ def start_server(*, source_root: Path | None = None, database_url: str | None = 
         child_env["AUDITOR_REDIS_URL"] = redis_url
     if source_root is not None:
         child_env["PYTHONPATH"] = str(source_root)
+    if bytecode_cache is not None:
+        child_env.pop("PYTHONDONTWRITEBYTECODE", None)
+        child_env["PYTHONPYCACHEPREFIX"] = str(bytecode_cache)
     command = [sys.executable, "-m", "auditor.cli"]
     log = open(workdir / "server.log", "wb")  # noqa: SIM115 - lives as long as the server
     started = time.perf_counter()

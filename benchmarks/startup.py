@@ -1,5 +1,6 @@
 """Time from `auditor serve` to `/ready` (200): cold (nothing on disk: no KG snapshots, linkers or
-KG-constraint indices) and warm (what the cold start wrote), in turns; and what the first requests after ready
+KG-constraint indices, and no compiled bytecode, not even the libraries') and warm (what the cold start wrote),
+in turns; and what the first requests after ready
 cost. The bundled model, SQLite, the engine core in its own process.
 
 Per start:
@@ -81,7 +82,8 @@ def _start(kind: str, round_index: int, cache: Path, args: argparse.Namespace) -
     _wait_for_quiet(args.quiet, args.quiet_wait_s)
     started_at_load = load_average()
     log(f"round {round_index + 1}: {kind} start (load average {started_at_load})")
-    server = start_server(env={**thread_env(args.threads), "AUDITOR_INDEX_CACHE_DIR": str(cache)})
+    server = start_server(env={**thread_env(args.threads), "AUDITOR_INDEX_CACHE_DIR": str(cache)},
+                          bytecode_cache=cache / "bytecode")
     try:
         result = {"ready_s": round(server.ready_s, 2), **_measure(server), "load_average": started_at_load}
         result["first_ms"] = asyncio.run(_one_each(server.base_url, f"f{kind}{round_index}", args.max_tokens))

@@ -1,9 +1,9 @@
 """The audited inference path: input gate -> KG linking -> engine -> output gate -> audit record.
 
 Nothing leaves without a committed record. Non-streaming: the response is built only after the record's
-commit. Streaming: the stream's opening row is committed before anything runs (a store that takes no
-writes fails the request with 503 before the first byte); each sentence passes the output gate and is
-committed as a segment before it is sent (`auditor.trail.segments`); the chained record, which takes
+commit. Streaming: the stream's opening row is committed before any piece is released (its commit overlaps
+the start of generation; a store that takes no writes fails the request with 503 before the first byte);
+each sentence passes the output gate and is committed as a segment before it is sent (`auditor.trail.segments`); the chained record, which takes
 the segments over, is committed before the final chunk and `[DONE]`. If a write fails, the client gets
 an error event and nothing more, and the committed segments are recovered into an "error" record. A
 client that disconnects mid-stream still gets its request recorded, with status "error". So does a request
@@ -19,11 +19,13 @@ constrained, and an upstream that fails (`UpstreamError`) is recorded as an erro
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -131,6 +133,24 @@ class Outcome:
     def audit_summary(self) -> dict[str, Any]:
         return {"gate_action": self.gate_action, "claims": self.claim_counts, "fer": self.fer,
                 "annotations": self.annotations, "domain": self.domain, **self.audit_extras}
+
+
+class _OpeningWrite:
+    """A stream's opening-row commit, started early and awaited before anything that depends on it."""
+
+    def __init__(self, write: Awaitable[None] | None) -> None:
+        self._task = asyncio.ensure_future(write) if write is not None else None
+
+    async def committed(self) -> None:
+        """Returns once the row is committed; raises AuditUnavailable if it could not be."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    async def settled(self) -> None:
+        """Returns once the write has ended either way (a failure record must not overtake it)."""
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._task)
 
 
 @dataclass(slots=True)
@@ -272,32 +292,38 @@ class InferenceService:
                           domains_for=resolution.observe if resolution.detecting else None)
         generation = _Generation()
         opening = self._opening(prepared) if durable else None
+        # The opening row commits while generation starts: no piece is released, and no record written,
+        # before it has committed; a store that takes no writes still fails the request before the first byte.
+        opened = _OpeningWrite(self._store(functools.partial(insert_opening, opening=opening)) if opening else None)
         record_attempted = False
         try:
-            if opening is not None:
-                await self._store(functools.partial(insert_opening, opening=opening))
             if prepared.input_gate.refusal is None:
                 index = 0
                 async for piece in self._generate(prepared, gate, generation):
                     if opening is not None:
+                        await opened.committed()
                         index += 1
                         await self._store(functools.partial(insert_segment, opening=opening, index=index,
                                                             text=self._stored_text(prepared, piece)))
                     yield piece
+            await opened.committed()
             outcome = self._finish_surface(prepared, gate, generation, self._outcome(prepared, gate, generation))
             record_attempted = True
             await self._record(prepared, gate, generation, outcome)
             yield outcome
         except InvalidRequestError as exc:  # the engine refused the request before any compute
             record_attempted = True
+            await opened.settled()
             await self._record_failure(prepared, gate, generation, str(exc))
             raise BadRequest(str(exc)) from exc
         except EngineDeadError as exc:   # the engine process died under it, or is restarting
             record_attempted = True
+            await opened.settled()
             await self._record_failure(prepared, gate, generation, f"engine unavailable: {exc}")
             raise EngineUnavailable(str(exc)) from exc
         except UpstreamError as exc:     # 502/504: the trail says what failed and what was delivered
             record_attempted = True
+            await opened.settled()
             delivered = gate.delivered if opening is not None else ""   # a plain response had not been sent
             await self._record_failure(prepared, gate, generation, f"{exc.code}: {exc.message}; {len(delivered)} "
                                        "characters had been delivered to the client", delivered=delivered)
@@ -310,6 +336,7 @@ class InferenceService:
         finally:
             if not record_attempted:  # client went away, or the engine failed: the trail still gets the request
                 with anyio.CancelScope(shield=True):
+                    await opened.settled()
                     await self._record_failure(prepared, gate, generation, "request ended before completion",
                                                swallow=True)
 

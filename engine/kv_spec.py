@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from engine.config import EngineConfig, ModelConfig
-from engine.kernels.kv_quant import META_DTYPE, check_layout, quantized_boundary
+from engine.kernels.kv_quant import check_layout, quantized_boundary, row_bytes
 
 _BITS = {"auto": 0, "int8": 8, "int4": 4}
 
@@ -47,7 +47,7 @@ class KVCacheSpec:
         group = min(config.kv_cache_group_size, model.head_dim)
         if quantized:
             try:
-                check_layout(model.head_dim, _BITS[config.kv_cache_dtype], group)
+                check_layout(model.head_dim, _BITS[config.kv_cache_dtype], group, config.kv_block_size)
             except ValueError as exc:
                 raise ValueError(f"kv_cache_dtype={config.kv_cache_dtype} does not fit this model: {exc}") from None
         return cls(
@@ -77,14 +77,13 @@ class KVCacheSpec:
 
     @property
     def quantized_block_bytes(self) -> int:
-        """Bytes of one quantized block over all layers: codes, plus fp16 scale and min per group."""
+        """Bytes of one quantized block over all layers: codes, plus a scale and min per group."""
         if not self.quantized:
             return 0
-        meta = torch.empty(0, dtype=META_DTYPE).element_size() * 2                     # scale + min
-        codes = self.block_size * self.num_kv_heads * self.head_dim * self.bits // 8   # K or V
-        key_groups = self.num_kv_heads * self.head_dim                                  # per channel
-        value_groups = self.block_size * self.num_kv_heads * (self.head_dim // self.value_group_size)
-        return self.num_layers * (2 * codes + meta * (key_groups + value_groups))
+        key_rows = self.num_kv_heads * self.head_dim * row_bytes(self.block_size, self.bits)   # per channel
+        value_rows = (self.block_size * self.num_kv_heads * (self.head_dim // self.value_group_size)
+                      * row_bytes(self.value_group_size, self.bits))                            # per token group
+        return self.num_layers * (key_rows + value_rows)
 
     @property
     def stored_block_bytes(self) -> int:

@@ -26,6 +26,7 @@ bs = block_size, R(n) = bytes of a row of n elements):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
@@ -236,18 +237,18 @@ def _gather_rows(table: torch.Tensor, rows: torch.Tensor, bits: int) -> torch.Te
     return op(table, rows, _offsets(rows.numel()), mode=0, pruned_weights=False, include_last_offset=False)
 
 
-_OFFSETS = torch.arange(0)
+_OFFSETS: list[torch.Tensor] = [torch.arange(0)]   # one growing arange, shared by every gather
 
 
 def _offsets(count: int) -> torch.Tensor:
-    global _OFFSETS
-    if _OFFSETS.numel() < count:
-        _OFFSETS = torch.arange(max(count, 2 * _OFFSETS.numel()))
-    return _OFFSETS[:count]
+    """0, 1, ..., count - 1 as int64, without a fresh arange on every call."""
+    if _OFFSETS[0].numel() < count:
+        _OFFSETS[0] = torch.arange(max(count, 2 * _OFFSETS[0].numel()))
+    return _OFFSETS[0][:count]
 
 
 @cache
-def _fused_gather(bits: int):  # noqa: ANN202 - a torch op or None
+def _fused_gather(bits: int) -> Callable[..., torch.Tensor] | None:
     """PyTorch's fused rowwise gather-dequantize op for `bits`, or None where this build lacks it."""
     try:
         ops = torch.ops.quantized

@@ -339,3 +339,17 @@ def test_paged_attention_kernel_refuses_a_mismatched_quantized_pool():
     wrong = QuantizedBlocks(8, 32, quantized.k_rows[..., :-4].contiguous(), quantized.v_rows)
     with pytest.raises(ValueError, match="k_rows"):
         paged_attention_decode_triton(*case, wrong)
+
+
+def test_cpu_decode_with_fused_gathers_serves_a_bfloat16_model():
+    """bf16 pools and queries: the fused path computes in fp32 and returns bf16, within a bf16 step of
+    the reference (which runs SDPA on bf16-rounded dequantized blocks)."""
+    from engine.kernels.paged_attention import paged_attention_decode_torch
+
+    case, quantized, _, _ = _quantized_case(4, 32, 2, 4, 64, 32, seed=5)
+    q, k_cache, v_cache, block_tables, context_lens, scale = case
+    bf16 = (q.bfloat16(), k_cache.bfloat16(), v_cache.bfloat16(), block_tables, context_lens, scale, quantized)
+    got = paged_attention_decode_torch(*bf16)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), paged_attention_decode_torch(*bf16, reference=True).float(),
+                               atol=2e-2, rtol=2e-2)

@@ -142,10 +142,9 @@ class KVCache:
             # a full-precision block leaving for the cold tier is stored quantized, like every cold block
             out: list[torch.Tensor] = []
             for layer in self.layers:
-                k_data, k_meta = quantize_keys(layer.k[block_id : block_id + 1], self.spec.bits)
-                v_data, v_meta = quantize_values(layer.v[block_id : block_id + 1], self.spec.bits,
-                                                 self.spec.value_group_size)
-                out += [k_data[0], k_meta[0], v_data[0], v_meta[0]]
+                out += [quantize_keys(layer.k[block_id : block_id + 1], self.spec.bits)[0],
+                        quantize_values(layer.v[block_id : block_id + 1], self.spec.bits,
+                                        self.spec.value_group_size)[0]]
             return out
         return [view for layer in self.layers for view in self._layer_views(layer, block_id, for_write=False)]
 

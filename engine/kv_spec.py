@@ -24,7 +24,7 @@ import torch
 from engine.config import EngineConfig, ModelConfig
 from engine.kernels.kv_layout import KV_BITS as _BITS
 from engine.kernels.kv_layout import quantized_boundary, value_group_size
-from engine.kernels.kv_quant import META_DTYPE
+from engine.kernels.kv_quant import row_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,14 +71,13 @@ class KVCacheSpec:
 
     @property
     def quantized_block_bytes(self) -> int:
-        """Bytes of one quantized block over all layers: codes, plus fp16 scale and min per group."""
+        """Bytes of one quantized block over all layers: codes, plus a scale and min per group."""
         if not self.quantized:
             return 0
-        meta = torch.empty(0, dtype=META_DTYPE).element_size() * 2                     # scale + min
-        codes = self.block_size * self.num_kv_heads * self.head_dim * self.bits // 8   # K or V
-        key_groups = self.num_kv_heads * self.head_dim                                  # per channel
-        value_groups = self.block_size * self.num_kv_heads * (self.head_dim // self.value_group_size)
-        return self.num_layers * (2 * codes + meta * (key_groups + value_groups))
+        key_rows = self.num_kv_heads * self.head_dim * row_bytes(self.block_size, self.bits)   # per channel
+        value_rows = (self.block_size * self.num_kv_heads * (self.head_dim // self.value_group_size)
+                      * row_bytes(self.value_group_size, self.bits))                            # per token group
+        return self.num_layers * (key_rows + value_rows)
 
     @property
     def stored_block_bytes(self) -> int:

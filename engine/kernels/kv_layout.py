@@ -21,13 +21,14 @@ def quantized_boundary(position: int, residual_tokens: int, block_size: int) -> 
     return (position // residual_tokens) * (residual_tokens // block_size)
 
 
-def check_layout(head_dim: int, bits: int, group_size: int) -> None:
+def check_layout(head_dim: int, bits: int, group_size: int, block_size: int = 32) -> None:
     if bits not in SUPPORTED_BITS:
         raise ValueError(f"KV quantization supports {SUPPORTED_BITS} bits, got {bits}")
     if head_dim % group_size:
         raise ValueError(f"head_dim {head_dim} is not a multiple of the value group size {group_size}")
-    if bits == 4 and head_dim % 2:
-        raise ValueError(f"int4 packs two channels per byte: head_dim must be even, got {head_dim}")
+    if bits == 4 and (group_size % 2 or block_size % 2):
+        raise ValueError(f"int4 packs two values per byte: group size and block size must be even, "
+                         f"got {group_size} and {block_size}")
 
 
 def value_group_size(model: ModelConfig, config: EngineConfig) -> int:
@@ -37,7 +38,7 @@ def value_group_size(model: ModelConfig, config: EngineConfig) -> int:
     group = min(config.kv_cache_group_size, model.head_dim)
     if config.kv_cache_dtype != "auto":
         try:
-            check_layout(model.head_dim, KV_BITS[config.kv_cache_dtype], group)
+            check_layout(model.head_dim, KV_BITS[config.kv_cache_dtype], group, config.kv_block_size)
         except ValueError as exc:
             raise ValueError(f"kv_cache_dtype={config.kv_cache_dtype} does not fit this model: {exc}") from None
     return group

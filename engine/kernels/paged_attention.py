@@ -19,6 +19,8 @@ from engine.kernels.kv_quant import (
     QuantizedBlocks,
     dequantize_keys,
     dequantize_values,
+    gather_keys_transposed,
+    gather_values,
     quantize_keys,
     quantize_values,
     quantized_boundary,
@@ -41,7 +43,7 @@ def store_kv_blocks(
     """Quantize whole blocks of new tokens: block i holds k, v [first_tokens[i] : first_tokens[i] + bs].
 
     k, v [N, Hkv, D]; first_tokens, block_ids int64 [n] (block_ids index the quantized pool)."""
-    block_size = quantized.k_data.shape[1]
+    block_size = quantized.block_size
     rows = first_tokens[:, None] + torch.arange(block_size, device=k.device)   # [n, bs]
     quantized.write(block_ids, k[rows], v[rows])                                 # [n, bs, Hkv, D] each
 
@@ -97,21 +99,26 @@ def paged_attention_decode_torch(
     context_lens: torch.Tensor,
     scale: float,
     quantized: QuantizedBlocks | None = None,
+    *,
+    reference: bool = False,
 ) -> torch.Tensor:
     """One query token per sequence over its paged context.
 
     q [B, H, D]; k_cache, v_cache [num_blocks, block_size, Hkv, D]; block_tables int32 [B, max_blocks];
     context_lens int32 [B] (tokens of context incl. the current one, already stored); quantized: the
-    pool that block ids >= num_blocks name, if any; -> out [B, H, D].
+    pool that block ids >= num_blocks name, if any; -> out [B, H, D]. With quantized blocks the
+    keys and values are read by the fused gathers of `engine.kernels.kv_quant` (`_decode_quantized`);
+    reference=True dequantizes whole blocks in plain torch first, then runs one SDPA (the reference).
 
     Why groups: every sequence is padded to the longest context of its group, so sequences are
     grouped by context length (about 3x faster than one padded batch for contexts of 32-768 tokens
     on CPU: less padding, and each group's gathered K/V stays in cache).
     """
+    decode = _decode_padded if quantized is None or reference else _decode_quantized
     batch = q.shape[0]
     num_groups = min(MAX_DECODE_GROUPS, batch // DECODE_GROUP_ROWS)
     if num_groups <= 1:
-        return _decode_padded(q, k_cache, v_cache, block_tables, context_lens, scale, quantized)
+        return decode(q, k_cache, v_cache, block_tables, context_lens, scale, quantized)
     block_size = k_cache.shape[1]
     lens = context_lens.tolist()
     order = sorted(range(batch), key=lens.__getitem__)
@@ -125,7 +132,7 @@ def paged_attention_decode_torch(
             index: slice | torch.Tensor = slice(rows[0], rows[-1] + 1)
         else:
             index = torch.tensor(rows, device=q.device)
-        out[index] = _decode_padded(
+        out[index] = decode(
             q[index], k_cache, v_cache, block_tables[index, :width], context_lens[index], scale, quantized
         )
     return out
@@ -154,6 +161,58 @@ def _decode_padded(
         enable_gqa=num_heads != keys.shape[1],
     )  # [B, H, 1, D]
     return out.squeeze(2)
+
+
+def _decode_quantized(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    quantized: QuantizedBlocks | None,
+) -> torch.Tensor:
+    """Decode over quantized and full-precision blocks without dequantizing into a padded copy first.
+
+    Attention does not care in which order a query meets its keys, so the columns of the block
+    tables that hold quantized blocks are read by the fused gathers (keys as K^T, values per head,
+    dequantized in the one pass that gathers them) and the columns that hold full-precision blocks
+    (the residual) by index_select; one masked softmax spans both parts. Computed in fp32.
+    """
+    assert quantized is not None
+    batch, num_heads, head_dim = q.shape
+    num_full, block_size, num_kv_heads, _ = k_cache.shape
+    tables = block_tables.long()                                                    # [B, W]
+    is_quantized = tables >= num_full
+    # quantized history first, residual after (kv_spec): split at the columns where that changes
+    any_quantized, all_quantized = torch.stack((is_quantized.any(dim=0), is_quantized.all(dim=0))).tolist()
+    quantized_width = max((j + 1 for j, flag in enumerate(any_quantized) if flag), default=0)
+    full_start = min((j for j, flag in enumerate(all_quantized) if not flag), default=len(all_quantized))
+    positions = torch.arange(tables.shape[1] * block_size, device=q.device).view(-1, block_size)   # [W, bs]
+    in_context = positions[None] < context_lens.to(q.device).long()[:, None, None]                 # [B, W, bs]
+    # q [B, Hkv, H/Hkv, D], scaled once
+    query = (q.float() * scale).view(batch, num_kv_heads, num_heads // num_kv_heads, head_dim)
+    scores, values, masks = [], [], []
+    if quantized_width:
+        ids = (tables[:, :quantized_width] - num_full).clamp(min=0)                 # [B, Wq]
+        scores.append(torch.matmul(query, gather_keys_transposed(quantized, ids)))  # [B, Hkv, H/Hkv, Lq]
+        values.append(gather_values(quantized, ids))                                # [B, Hkv, Lq, D]
+        masks.append((in_context[:, :quantized_width] & is_quantized[:, :quantized_width, None]).flatten(1))
+    if full_start < tables.shape[1]:
+        ids = tables[:, full_start:].masked_fill(is_quantized[:, full_start:], 0).clamp(min=0)   # [B, Wf]
+        width = ids.shape[1] * block_size
+        keys = k_cache.index_select(0, ids.reshape(-1)).view(batch, width, num_kv_heads, head_dim)
+        scores.append(torch.matmul(query, keys.permute(0, 2, 3, 1).float()))        # [B, Hkv, H/Hkv, Lf]
+        full_values = v_cache.index_select(0, ids.reshape(-1)).view(batch, width, num_kv_heads, head_dim)
+        values.append(full_values.transpose(1, 2).float())                          # [B, Hkv, Lf, D]
+        masks.append((in_context[:, full_start:] & ~is_quantized[:, full_start:, None]).flatten(1))
+    logits = torch.cat(scores, dim=-1) if len(scores) > 1 else scores[0]           # [B, Hkv, H/Hkv, L]
+    valid = torch.cat(masks, dim=-1) if len(masks) > 1 else masks[0]               # [B, L]
+    probs = logits.masked_fill_(~valid[:, None, None, :], float("-inf")).softmax(dim=-1)
+    out = torch.matmul(probs[..., : values[0].shape[2]], values[0])                # [B, Hkv, H/Hkv, D]
+    if len(values) > 1:
+        out.add_(torch.matmul(probs[..., values[0].shape[2] :], values[1]))
+    return out.view(batch, num_heads, head_dim).to(q.dtype)
 
 
 def paged_attention_prefill_torch(
@@ -239,10 +298,10 @@ def _prefill_crossing_residuals(
     span = slice(first * block_size, last * block_size)
     heads, dim = keys.shape[1:]
     blocks = (last - first, block_size, heads, dim)
-    stored_keys = dequantize_keys(*quantize_keys(keys[span].reshape(blocks), quantized.bits), quantized.bits,
+    stored_keys = dequantize_keys(quantize_keys(keys[span].reshape(blocks), quantized.bits), quantized.bits,
                                   keys.dtype).reshape(-1, heads, dim)
-    stored_values = dequantize_values(*quantize_values(values[span].reshape(blocks), quantized.bits,
-                                                       quantized.group_size), quantized.bits,
+    stored_values = dequantize_values(quantize_values(values[span].reshape(blocks), quantized.bits,
+                                                      quantized.group_size), quantized.bits,
                                       values.dtype).reshape(-1, heads, dim)
     out = torch.empty_like(q)
     key_positions = torch.arange(context, device=q.device)

@@ -10,9 +10,10 @@ One program handles one (sequence, query head) pair and walks that sequence's bl
 online softmax (running max and normaliser in fp32), so memory traffic is one pass over the cached
 keys and values. GQA: query head h reads kv head h // (num_heads // num_kv_heads).
 
-Quantized cache (`engine.kernels.kv_quant`): block ids >= num_full name quantized blocks. The kernel
-reads their int8 or packed int4 codes and dequantizes in registers: keys with a per-channel
-(scale, min) of the block, values with a per-token (scale, min) of each channel group.
+Quantized cache (`engine.kernels.kv_quant`): block ids >= num_full name quantized blocks, stored as
+rows (codes, then scale and min). The kernel reads their int8 or packed int4 codes and dequantizes
+in registers: keys with a per-channel (scale, min) of the block, values with a per-token
+(scale, min) of each channel group.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.kv_quant import META_DTYPE, QuantizedBlocks
+from engine.kernels.kv_quant import QuantizedBlocks, meta_dtype, row_bytes
 
 
 @triton.jit
@@ -37,43 +38,35 @@ def _full_block(
 
 
 @triton.jit
-def _codes(data_ptr, block, slots, dims, kv_head, load_mask, stride_block, stride_pos, stride_head,
-           BITS: tl.constexpr, HEAD_DIM: tl.constexpr):
-    """Quantization codes [Bp, Dp] (int4: byte j holds channel j low and channel j + D/2 high)."""
+def _row_codes(rows_ptr, row, element, load_mask, ROW_BYTES: tl.constexpr, BITS: tl.constexpr):
+    """Codes of `element` in quantized row `row` (int4: element 2i low nibble, 2i + 1 high)."""
     if BITS == 8:
-        offsets = block * stride_block + slots[:, None] * stride_pos + kv_head * stride_head + dims[None, :]
-        return tl.load(data_ptr + offsets, mask=load_mask, other=0).to(tl.float32)
-    half = HEAD_DIM // 2
-    column = tl.where(dims < half, dims, dims - half)
-    offsets = block * stride_block + slots[:, None] * stride_pos + kv_head * stride_head + column[None, :]
-    packed = tl.load(data_ptr + offsets, mask=load_mask, other=0).to(tl.int32)
-    shift = tl.where(dims < half, 0, 4)
-    return ((packed >> shift[None, :]) & 0xF).to(tl.float32)
+        return tl.load(rows_ptr + row * ROW_BYTES + element, mask=load_mask, other=0).to(tl.float32)
+    packed = tl.load(rows_ptr + row * ROW_BYTES + element // 2, mask=load_mask, other=0).to(tl.int32)
+    return ((packed >> ((element % 2) * 4)) & 0xF).to(tl.float32)
 
 
 @triton.jit
 def _quantized_block(
-    kq_ptr, km_ptr, vq_ptr, vm_ptr, block, slots, dims, kv_head, load_mask, dim_valid,
-    kq_stride_block, kq_stride_pos, kq_stride_head,
-    km_stride_block, km_stride_kind, km_stride_head,
-    vq_stride_block, vq_stride_pos, vq_stride_head,
-    vm_stride_block, vm_stride_kind, vm_stride_pos, vm_stride_head,
-    BITS: tl.constexpr, VALUE_GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+    k_rows_ptr, k_meta_ptr, v_rows_ptr, v_meta_ptr, block, slots, dims, kv_head, num_kv_heads, load_mask,
+    BITS: tl.constexpr, VALUE_GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+    K_ROW_BYTES: tl.constexpr, V_ROW_BYTES: tl.constexpr, META_BYTES: tl.constexpr,
 ):
-    # keys: (scale, min) per channel of the block
-    k_meta = km_ptr + block * km_stride_block + kv_head * km_stride_head + dims                         # [Dp]
-    k_scale = tl.load(k_meta, mask=dim_valid, other=0.0).to(tl.float32)
-    k_min = tl.load(k_meta + km_stride_kind, mask=dim_valid, other=0.0).to(tl.float32)
-    k_codes = _codes(kq_ptr, block, slots, dims, kv_head, load_mask,
-                     kq_stride_block, kq_stride_pos, kq_stride_head, BITS, HEAD_DIM)
-    keys = k_codes * k_scale[None, :] + k_min[None, :]                                                  # [Bp, Dp]
-    # values: (scale, min) per token and channel group
-    v_meta = (vm_ptr + block * vm_stride_block + slots[:, None] * vm_stride_pos + kv_head * vm_stride_head
-              + (dims // VALUE_GROUP)[None, :])                                                        # [Bp, Dp]
+    # keys: row (block, head, channel) holds the channel's tokens, then its (scale, min)
+    k_row = (block * num_kv_heads + kv_head) * HEAD_DIM + dims                                          # [Dp]
+    k_meta = k_meta_ptr + k_row * (K_ROW_BYTES // META_BYTES) + BLOCK_SIZE * BITS // 8 // META_BYTES
+    k_scale = tl.load(k_meta, mask=dims < HEAD_DIM, other=0.0).to(tl.float32)
+    k_min = tl.load(k_meta + 1, mask=dims < HEAD_DIM, other=0.0).to(tl.float32)
+    k_codes = _row_codes(k_rows_ptr, k_row[None, :], slots[:, None], load_mask, K_ROW_BYTES, BITS)     # [Bp, Dp]
+    keys = k_codes * k_scale[None, :] + k_min[None, :]
+    # values: row (block, head, token, group) holds the group's channels, then its (scale, min)
+    groups = HEAD_DIM // VALUE_GROUP
+    v_row = (((block * num_kv_heads + kv_head) * BLOCK_SIZE + slots[:, None]) * groups
+             + (dims // VALUE_GROUP)[None, :])                                                         # [Bp, Dp]
+    v_meta = v_meta_ptr + v_row * (V_ROW_BYTES // META_BYTES) + VALUE_GROUP * BITS // 8 // META_BYTES
     v_scale = tl.load(v_meta, mask=load_mask, other=0.0).to(tl.float32)
-    v_min = tl.load(v_meta + vm_stride_kind, mask=load_mask, other=0.0).to(tl.float32)
-    v_codes = _codes(vq_ptr, block, slots, dims, kv_head, load_mask,
-                     vq_stride_block, vq_stride_pos, vq_stride_head, BITS, HEAD_DIM)
+    v_min = tl.load(v_meta + 1, mask=load_mask, other=0.0).to(tl.float32)
+    v_codes = _row_codes(v_rows_ptr, v_row, (dims % VALUE_GROUP)[None, :], load_mask, V_ROW_BYTES, BITS)
     values = v_codes * v_scale + v_min
     return keys, values
 
@@ -84,8 +77,8 @@ def _paged_attention_decode_kernel(
     q_ptr,                  # [B, H, D]
     k_cache_ptr,            # [num_full, block_size, Hkv, D]
     v_cache_ptr,            # [num_full, block_size, Hkv, D]
-    kq_ptr, km_ptr,         # quantized keys: uint8 [Nq, block_size, Hkv, D*BITS/8], fp16 [Nq, 2, Hkv, D]
-    vq_ptr, vm_ptr,         # quantized values: uint8 [Nq, block_size, Hkv, D*BITS/8], fp16 [Nq, 2, bs, Hkv, D/G]
+    kq_ptr, km_ptr,         # quantized keys: uint8 rows [Nq, Hkv, D, K_ROW_BYTES], the same memory as scale/min dtype
+    vq_ptr, vm_ptr,         # quantized values: uint8 rows [Nq, Hkv, bs, D/G, V_ROW_BYTES], likewise
     block_tables_ptr,       # [B, max_blocks] int32
     context_lens_ptr,       # [B] int32
     scale,
@@ -94,13 +87,13 @@ def _paged_attention_decode_kernel(
     out_stride_seq, out_stride_head,
     k_stride_block, k_stride_pos, k_stride_head,
     v_stride_block, v_stride_pos, v_stride_head,
-    kq_stride_block, kq_stride_pos, kq_stride_head,
-    km_stride_block, km_stride_kind, km_stride_head,
-    vq_stride_block, vq_stride_pos, vq_stride_head,
-    vm_stride_block, vm_stride_kind, vm_stride_pos, vm_stride_head,
+    num_kv_heads,
     block_tables_stride,
     QUANT_BITS: tl.constexpr,          # 0: no quantized blocks; 8 or 4
     VALUE_GROUP: tl.constexpr,
+    K_ROW_BYTES: tl.constexpr,
+    V_ROW_BYTES: tl.constexpr,
+    META_BYTES: tl.constexpr,          # bytes of a scale (or min)
     QUERIES_PER_KV: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     BLOCK_SIZE_PADDED: tl.constexpr,   # next power of two (tl.arange needs one)
@@ -132,12 +125,8 @@ def _paged_attention_decode_kernel(
         if QUANT_BITS > 0:
             if physical_block >= num_full:
                 keys, values = _quantized_block(
-                    kq_ptr, km_ptr, vq_ptr, vm_ptr, physical_block - num_full, slots, dims, kv_head, load_mask,
-                    dim_valid, kq_stride_block, kq_stride_pos, kq_stride_head,
-                    km_stride_block, km_stride_kind, km_stride_head,
-                    vq_stride_block, vq_stride_pos, vq_stride_head,
-                    vm_stride_block, vm_stride_kind, vm_stride_pos, vm_stride_head, QUANT_BITS, VALUE_GROUP,
-                    HEAD_DIM)
+                    kq_ptr, km_ptr, vq_ptr, vm_ptr, physical_block - num_full, slots, dims, kv_head, num_kv_heads,
+                    load_mask, QUANT_BITS, VALUE_GROUP, HEAD_DIM, BLOCK_SIZE, K_ROW_BYTES, V_ROW_BYTES, META_BYTES)
             else:
                 keys, values = _full_block(
                     k_cache_ptr, v_cache_ptr, physical_block, slots, dims, kv_head, load_mask,
@@ -185,9 +174,13 @@ def paged_attention_decode_triton(
     if batch == 0:
         return out
     # without a quantized pool, the full-precision pools stand in for its (never read) pointers
-    kq, km, vq, vm = quantized.tensors() if quantized is not None else (k_cache, k_cache, v_cache, v_cache)
-    km_strides = (km.stride(0), km.stride(1), km.stride(2)) if quantized is not None else (0, 0, 0)
-    vm_strides = (vm.stride(0), vm.stride(1), vm.stride(2), vm.stride(3)) if quantized is not None else (0, 0, 0, 0)
+    kq, km, vq, vm = k_cache, k_cache, v_cache, v_cache
+    bits, value_group, k_row, v_row, meta_bytes = 0, 1, 1, 1, 1
+    if quantized is not None:
+        bits, value_group = quantized.bits, quantized.group_size
+        kq, vq = quantized.k_rows, quantized.v_rows
+        km, vm = kq.view(-1).view(meta_dtype(bits)), vq.view(-1).view(meta_dtype(bits))
+        k_row, v_row, meta_bytes = kq.shape[-1], vq.shape[-1], km.element_size()
     grid = (batch, num_heads)
     _paged_attention_decode_kernel[grid](
         out, q, k_cache, v_cache, kq, km, vq, vm, block_tables, context_lens, float(scale), num_full,
@@ -195,13 +188,13 @@ def paged_attention_decode_triton(
         out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        kq.stride(0), kq.stride(1), kq.stride(2),
-        *km_strides,
-        vq.stride(0), vq.stride(1), vq.stride(2),
-        *vm_strides,
+        num_kv_heads,
         block_tables.stride(0),
-        QUANT_BITS=quantized.bits if quantized is not None else 0,
-        VALUE_GROUP=quantized.group_size if quantized is not None else 1,
+        QUANT_BITS=bits,
+        VALUE_GROUP=value_group,
+        K_ROW_BYTES=k_row,
+        V_ROW_BYTES=v_row,
+        META_BYTES=meta_bytes,
         QUERIES_PER_KV=num_heads // num_kv_heads,
         BLOCK_SIZE=block_size,
         BLOCK_SIZE_PADDED=triton.next_power_of_2(block_size),
@@ -246,17 +239,19 @@ def _check_arguments(
 
 def _check_quantized(quantized: QuantizedBlocks, k_cache: torch.Tensor) -> None:
     _, block_size, num_kv_heads, head_dim = k_cache.shape
-    num_blocks = quantized.k_data.shape[0]
-    packed = head_dim * quantized.bits // 8
+    num_blocks, bits, group = quantized.num_blocks, quantized.bits, quantized.group_size
     expected = {
-        "k_data": ((num_blocks, block_size, num_kv_heads, packed), torch.uint8),
-        "k_meta": ((num_blocks, 2, num_kv_heads, head_dim), META_DTYPE),
-        "v_data": ((num_blocks, block_size, num_kv_heads, packed), torch.uint8),
-        "v_meta": ((num_blocks, 2, block_size, num_kv_heads, head_dim // quantized.group_size), META_DTYPE),
+        "k_rows": (num_blocks, num_kv_heads, head_dim, row_bytes(block_size, bits)),
+        "v_rows": (num_blocks, num_kv_heads, block_size, head_dim // group, row_bytes(group, bits)),
     }
-    for name, (shape, dtype) in expected.items():
+    for name, shape in expected.items():
         tensor = getattr(quantized, name)
-        if tuple(tensor.shape) != shape or tensor.dtype != dtype:
-            raise ValueError(f"quantized {name} must be {dtype} {shape}, got {tensor.dtype} {tuple(tensor.shape)}")
-        if tensor.stride(-1) != 1 or tensor.device != k_cache.device:
-            raise ValueError(f"quantized {name} must be contiguous in its last dimension and on {k_cache.device}")
+        if tuple(tensor.shape) != shape or tensor.dtype != torch.uint8:
+            raise ValueError(f"quantized {name} must be uint8 {shape}, got {tensor.dtype} {tuple(tensor.shape)}")
+        if not tensor.is_contiguous() or tensor.device != k_cache.device:
+            raise ValueError(f"quantized {name} must be contiguous and on {k_cache.device}")
+    # scales are read as meta_dtype elements of the same memory: each row must hold a whole number of them
+    meta = torch.empty(0, dtype=meta_dtype(bits)).element_size()
+    if any(x % meta for x in (row_bytes(block_size, bits), row_bytes(group, bits), block_size * bits // 8,
+                              group * bits // 8)):
+        raise ValueError(f"int{bits} rows of {block_size} and {group} values do not align their scales")

@@ -275,7 +275,7 @@ def test_paged_attention_kernel_reads_quantized_blocks_like_the_reference(
     case, quantized, plain_k, plain_v = _quantized_case(bits, block_size, num_kv_heads, group, head_dim,
                                                         value_group, seed=bits * block_size + head_dim)
     q, k_cache, v_cache, block_tables, context_lens, scale = case
-    engine_reference = paged_attention_decode_torch(*case, quantized)
+    engine_reference = paged_attention_decode_torch(*case, quantized, reference=True)
     independent = _reference_paged_attention(q, plain_k, plain_v, block_tables, context_lens, scale)
 
     got = interpreted(_run_paged_attention_kernel, *case, quantized)
@@ -284,10 +284,72 @@ def test_paged_attention_kernel_reads_quantized_blocks_like_the_reference(
     torch.testing.assert_close(got, independent, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize(
+    ("block_size", "num_kv_heads", "group", "head_dim", "value_group"),
+    [(32, 2, 4, 64, 32), (32, 1, 2, 32, 32), (64, 2, 1, 64, 64), (16, 2, 2, 64, 32)],
+)
+def test_cpu_decode_with_fused_gathers_matches_the_references(
+    bits, block_size, num_kv_heads, group, head_dim, value_group,
+):
+    """The CPU decode path (fused gather-dequantize, one softmax over quantized and residual blocks)
+    against dequantize-then-SDPA and against the independent loop."""
+    from engine.kernels.paged_attention import paged_attention_decode_torch
+
+    case, quantized, plain_k, plain_v = _quantized_case(bits, block_size, num_kv_heads, group, head_dim,
+                                                        value_group, seed=bits + block_size + head_dim)
+    q, k_cache, v_cache, block_tables, context_lens, scale = case
+    got = paged_attention_decode_torch(*case, quantized)
+    torch.testing.assert_close(got, paged_attention_decode_torch(*case, quantized, reference=True),
+                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got, _reference_paged_attention(q, plain_k, plain_v, block_tables, context_lens, scale),
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_cpu_decode_with_fused_gathers_handles_mixed_and_grouped_tables():
+    """Tables whose quantized and full-precision columns interleave across rows (a longer history
+    next to a shorter one, padding after), in a batch large enough to be split into groups."""
+    from engine.kernels import paged_attention as attention
+
+    generator = torch.Generator().manual_seed(3)
+    batch = attention.DECODE_GROUP_ROWS * 2 + 3
+    block_size, heads, dim, num_full, num_quantized = 32, 2, 64, 8, 40
+    quantized = QuantizedBlocks.allocate(num_quantized, block_size, heads, dim, 4, 32)
+    quantized.write(torch.arange(num_quantized), torch.randn(num_quantized, block_size, heads, dim, generator=generator),
+                    torch.randn(num_quantized, block_size, heads, dim, generator=generator))
+    k_cache = torch.randn(num_full, block_size, heads, dim, generator=generator)
+    v_cache = torch.randn(num_full, block_size, heads, dim, generator=generator)
+    tables = torch.full((batch, 5), -1, dtype=torch.int32)
+    lens = torch.empty(batch, dtype=torch.int32)
+    for row in range(batch):
+        history = row % 4                                      # 0..3 quantized blocks, then 1 full block
+        ids = torch.randint(num_full, num_full + num_quantized, (history,), generator=generator).tolist()
+        tables[row, : history + 1] = torch.tensor(ids + [row % num_full], dtype=torch.int32)
+        lens[row] = history * block_size + 1 + row % block_size
+    q = torch.randn(batch, heads * 2, dim, generator=generator)
+    case = (q, k_cache, v_cache, tables, lens, dim**-0.5, quantized)
+    torch.testing.assert_close(attention.paged_attention_decode_torch(*case),
+                               attention.paged_attention_decode_torch(*case, reference=True), atol=1e-5, rtol=1e-5)
+
+
 def test_paged_attention_kernel_refuses_a_mismatched_quantized_pool():
     from engine.kernels.triton_paged_attention import paged_attention_decode_triton
 
     case, quantized, _, _ = _quantized_case(8, 32, 2, 2, 64, 32, seed=0)
-    wrong = QuantizedBlocks(8, 32, quantized.k_data, quantized.k_meta.float(), quantized.v_data, quantized.v_meta)
-    with pytest.raises(ValueError, match="k_meta"):
+    wrong = QuantizedBlocks(8, 32, quantized.k_rows[..., :-4].contiguous(), quantized.v_rows)
+    with pytest.raises(ValueError, match="k_rows"):
         paged_attention_decode_triton(*case, wrong)
+
+
+def test_cpu_decode_with_fused_gathers_serves_a_bfloat16_model():
+    """bf16 pools and queries: the fused path computes in fp32 and returns bf16, within a bf16 step of
+    the reference (which runs SDPA on bf16-rounded dequantized blocks)."""
+    from engine.kernels.paged_attention import paged_attention_decode_torch
+
+    case, quantized, _, _ = _quantized_case(4, 32, 2, 4, 64, 32, seed=5)
+    q, k_cache, v_cache, block_tables, context_lens, scale = case
+    bf16 = (q.bfloat16(), k_cache.bfloat16(), v_cache.bfloat16(), block_tables, context_lens, scale, quantized)
+    got = paged_attention_decode_torch(*bf16)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), paged_attention_decode_torch(*bf16, reference=True).float(),
+                               atol=2e-2, rtol=2e-2)

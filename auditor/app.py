@@ -212,7 +212,9 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
             # What `auditor serve` deferred (simple-icd-10-cm, eyecite) loads now, while the engine core may still be
             # loading on the other CPU. Ready does not wait for it: a request that needs one of them first waits
             # for its import, and is served as it would be later (auditor.serving.deferred_imports).
-            start_loading_deferred()
+            # The validators' big registries (the ICD-10-CM index, the drug dictionary) are built after it the same
+            # way: a request that needs one first waits for the same build. /ready says "warm" once all is done.
+            warming = start_loading_deferred(then=getattr(loaded_verifier, "warm_registries", None))
             runtime_ready = time.perf_counter()
             if callable(getattr(loaded_engine, "start", None)):   # an engine passed in is started, not shut down
                 await loaded_engine.start()
@@ -243,7 +245,7 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                 stack.callback(server.shutdown)
             auth = AuthGuard(environment=settings.environment, bind_host=settings.host)
             services = Services(settings, database, loaded_engine, inference, metrics, task_queue, auth, packs,
-                                models=models, kg=live_kgs)
+                                models=models, kg=live_kgs, warming=warming)
             services.embeddings = EmbeddingService(database=database, settings=settings, metrics=metrics)
             app.state.services = services
             await anyio.to_thread.run_sync(_warn_about_authentication, database, auth, settings.host)

@@ -121,6 +121,8 @@ class Server:
     database_url: str
     ready_s: float
     workdir: Path
+    warm_s: float | None = None
+    started_at: float = 0.0   # perf_counter when it was launched
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def rss_mb(self) -> float:
@@ -160,11 +162,12 @@ class Server:
 
 def start_server(*, source_root: Path | None = None, database_url: str | None = None, redis_url: str | None = None,
                  env: dict[str, str] | None = None, ready_timeout_s: float = 600,
-                 bytecode_cache: Path | None = None) -> Server:
+                 bytecode_cache: Path | None = None, wait_warm: bool = True) -> Server:
     """`auditor serve` from this checkout, or from `source_root` (another checkout of the project, e.g. main as
     it was, run with this interpreter), on a fresh SQLite file unless `database_url` names another store.
     `bytecode_cache`: compiled modules are written and read there only (PYTHONPYCACHEPREFIX), even where the
-    environment forbids writing bytecode, so an empty folder is a cold start and a reused one a warm start."""
+    environment forbids writing bytecode, so an empty folder is a cold start and a reused one a warm start.
+    `wait_warm`: return only once `/ready` also says warm (False: as soon as it answers 200)."""
     workdir = Path(tempfile.mkdtemp(prefix="service-bench-"))
     port = _free_port()
     database_url = database_url or f"sqlite:///{workdir / 'audit.db'}"
@@ -184,12 +187,16 @@ def start_server(*, source_root: Path | None = None, database_url: str | None = 
     proc = subprocess.Popen([*command, "serve", "--port", str(port)], cwd=workdir, env=child_env,
                             stdout=log, stderr=subprocess.STDOUT)
     base_url = f"http://127.0.0.1:{port}"
-    server = Server(proc, base_url, database_url, 0.0, workdir)
+    server = Server(proc, base_url, database_url, 0.0, workdir, started_at=started)
     if redis_url:
         server.workers.append(subprocess.Popen([*command, "worker", "--concurrency", "1"], cwd=workdir, env=child_env,
                                                stdout=log, stderr=subprocess.STDOUT))
     wait_until_ready(proc, base_url, timeout_s=ready_timeout_s, log_path=workdir / "server.log", stop=server.stop)
     server.ready_s = time.perf_counter() - started
+    if wait_warm:   # what loads after ready (validator registries) is in before the load starts, as for the engine
+        wait_until_ready(proc, base_url, timeout_s=ready_timeout_s, log_path=workdir / "server.log",
+                         stop=server.stop, warm=True)
+        server.warm_s = time.perf_counter() - started
     return server
 
 

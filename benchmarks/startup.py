@@ -8,6 +8,8 @@ Per start:
 - api_cpu_s, core_cpu_s: CPU seconds the API process, and its children (the engine core, multiprocessing's
   resource tracker), had used by then. What a start costs whatever else runs on the machine: on an idle
   two-core machine ready_s comes close to the larger of the two (the processes load in parallel);
+- warm_s: wall seconds from launch until `/ready` also says warm (what loads after ready, such as the
+  validators' registries, is in), measured after the first requests;
 - api_rss_mb, core_rss_mb at ready;
 - first_ms: one streaming chat request per domain of the fixed mix (finance, medical, legal, none), sent one
   after the other as soon as `/ready` answers; steady_ms: the same four again, with new prompts, right after.
@@ -33,6 +35,7 @@ from typing import Any
 
 import httpx
 
+from auditor.loadgen.server import wait_until_ready
 from benchmarks._common import emit, log
 from benchmarks._service import (
     Server,
@@ -83,10 +86,13 @@ def _start(kind: str, round_index: int, cache: Path, args: argparse.Namespace) -
     started_at_load = load_average()
     log(f"round {round_index + 1}: {kind} start (load average {started_at_load})")
     server = start_server(env={**thread_env(args.threads), "AUDITOR_INDEX_CACHE_DIR": str(cache)},
-                          bytecode_cache=cache / "bytecode")
+                          bytecode_cache=cache / "bytecode", wait_warm=False)
     try:
         result = {"ready_s": round(server.ready_s, 2), **_measure(server), "load_average": started_at_load}
         result["first_ms"] = asyncio.run(_one_each(server.base_url, f"f{kind}{round_index}", args.max_tokens))
+        wait_until_ready(server.proc, server.base_url, timeout_s=600, log_path=server.workdir / "server.log",
+                         stop=server.stop, warm=True)
+        result["warm_s"] = round(time.perf_counter() - server.started_at, 2)   # all loaded, from launch
         result["steady_ms"] = asyncio.run(_one_each(server.base_url, f"s{kind}{round_index}", args.max_tokens))
     finally:
         server.stop()
@@ -118,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 
     summary: dict[str, Any] = {}
     for kind in KINDS:
-        for key in ("ready_s", "api_cpu_s", "core_cpu_s", "api_rss_mb", "core_rss_mb"):
+        for key in ("ready_s", "warm_s", "api_cpu_s", "core_cpu_s", "api_rss_mb", "core_rss_mb"):
             summary[f"{kind}_{key}"] = median(kind, key)
         for key in ("first_ms", "steady_ms"):
             summary[f"{kind}_{key}"] = median_per_domain(kind, key)

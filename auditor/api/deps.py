@@ -5,6 +5,7 @@ injected; tests build apps with their own Settings and fakes through the same ob
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -38,6 +39,11 @@ class Services:
     embeddings: EmbeddingService | None = None
     models: ModelRegistry | None = None     # served model ids -> the local engine or an upstream
     kg: LiveKnowledgeGraphs | None = None   # the KG versions this process serves, following the store
+    warming: threading.Thread | None = None  # loads what ready did not wait for; warm once it has ended
+
+    @property
+    def warm(self) -> bool:
+        return self.ready and (self.warming is None or not self.warming.is_alive())
 
 
 def get_services(request: Request) -> Services:

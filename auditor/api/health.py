@@ -36,7 +36,9 @@ def ready(services: ServicesDep) -> JSONResponse:
     engine = "ok" if getattr(services.engine, "available", True) else "restarting"
     ok = services.ready and store == "ok" and engine == "ok"
     model = services.engine.model_id if services.engine is not None else None
-    return JSONResponse({"ready": ok, "audit_store": store, "engine": engine, "model": model},
+    # warm: everything loaded after ready (deferred imports, validator registries) is in; until then a request
+    # that needs one of them waits for it, and is served the same
+    return JSONResponse({"ready": ok, "warm": services.warm, "audit_store": store, "engine": engine, "model": model},
                         status_code=200 if ok else 503)
 
 

@@ -67,15 +67,16 @@ def launch(env: dict[str, str], *, ready_timeout_s: float = 600.0, workdir: Path
 
 
 def wait_until_ready(proc: subprocess.Popen[bytes], base_url: str, *, timeout_s: float, log_path: Path,
-                     stop: Any, poll_s: float = 0.1) -> None:
-    """Poll `/ready` until it answers 200; ServerFailed (naming the log) if the process exits first or the
-    time runs out (then `stop()` is called)."""
+                     stop: Any, poll_s: float = 0.1, warm: bool = False) -> None:
+    """Poll `/ready` until it answers 200 (and with `warm`, until it also says warm: what loads after ready
+    is in); ServerFailed (naming the log) if the process exits first or the time runs out (then `stop()`)."""
     deadline = time.monotonic() + timeout_s
     while True:
         if proc.poll() is not None:
             raise ServerFailed(f"the server exited with status {proc.returncode}; see {log_path}")
         try:
-            if httpx.get(f"{base_url}/ready", timeout=2).status_code == 200:
+            response = httpx.get(f"{base_url}/ready", timeout=2)
+            if response.status_code == 200 and (not warm or response.json().get("warm", True)):
                 return
         except httpx.HTTPError:
             pass

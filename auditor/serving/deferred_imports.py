@@ -22,7 +22,7 @@ import importlib.util
 import sys
 import threading
 import types
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 DEFERRED = ("simple_icd_10_cm",)
@@ -76,9 +76,15 @@ def load_deferred(preloaded: Iterable[str] = PRELOADED) -> None:
         importlib.import_module(name)
 
 
-def start_loading_deferred() -> threading.Thread:
-    """`load_deferred` on a daemon thread (it holds the GIL most of the time: start it once the ready path
-    of this process is done)."""
-    thread = threading.Thread(target=load_deferred, name="auditor-deferred-imports", daemon=True)
+def start_loading_deferred(then: Callable[[], None] | None = None) -> threading.Thread:
+    """`load_deferred`, then `then` (e.g. building the validators' registries), on a daemon thread (it holds the
+    GIL most of the time: start it once the ready path of this process is done). The thread ending means the
+    process is fully warm."""
+    def run() -> None:
+        load_deferred()
+        if then is not None:
+            then()
+
+    thread = threading.Thread(target=run, name="auditor-deferred-imports", daemon=True)
     thread.start()
     return thread

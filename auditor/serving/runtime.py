@@ -110,7 +110,14 @@ class RulesVerifier:
     def warm_up(self) -> None:
         """Run each pack once so the first request does not pay for loading validators and registries."""
         for domain in self.bundled:
-            self.verify(WARM_UP_TEXTS.get(domain, "Warm-up sentence."), domain=domain, prompt=None)
+            self.verify("Warm-up sentence.", domain=domain, prompt=None)
+
+    def warm_registries(self) -> None:
+        """Build what each pack's validators build on first use (the ICD-10-CM index, the drug dictionary,
+        citation parsing), which takes seconds: after ready, on a background thread (`auditor.app`)."""
+        for domain in self.bundled:
+            if domain in WARM_UP_TEXTS:
+                self.verify(WARM_UP_TEXTS[domain], domain=domain, prompt=None)
 
     def rule_pack_hash(self, domain: str | None) -> str | None:
         pack = self.pack(domain)

@@ -116,3 +116,24 @@ def test_serve_with_a_folder_that_is_no_checkpoint_is_a_one_line_error(
     err = capsys.readouterr().err
     assert err.startswith("auditor serve: error: cannot load the model at") and "config.json" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_ready_says_warm_once_what_loads_after_ready_is_in(app_factory) -> None:
+    import threading
+    import time
+
+    from auditor.api.deps import Services
+
+    client = app_factory()
+    services: Services = client.app.state.services
+    release = threading.Event()
+    services.warming = threading.Thread(target=release.wait, daemon=True)   # a slow registry build
+    services.warming.start()
+    body = client.get("/ready").json()
+    assert body["ready"] is True and body["warm"] is False   # serving already; a request needing it would wait
+    release.set()
+    services.warming.join(5)
+    deadline = time.monotonic() + 5
+    while not client.get("/ready").json()["warm"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)

@@ -118,8 +118,8 @@ def test_a_cancelled_caller_does_not_withdraw_its_write(database: Database) -> N
 
 
 def test_record_appends_ready_together_share_one_head_update_and_keep_their_order(database: Database) -> None:
-    from auditor.trail.segments import ChainedRecordWrite, StreamOpening, insert_opening, insert_segment
     from auditor.trail.models import StreamSegment
+    from auditor.trail.segments import ChainedRecordWrite, StreamOpening, insert_opening, insert_segment
 
     _slow_commits(database, 0.05)
     committer = GroupCommitter(database, timeout_s=10)

@@ -1,0 +1,116 @@
+"""Classes of wrong verdicts on chatbot-style answers (issue 19), each tested with new sentences of the class
+written for this file (never sentences of the blind sets under benchmarks/data), against the shipped KGs."""
+
+import pytest
+
+from rules import verify
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kgs_load() -> None:
+    from knowledge_graphs import load_kg
+
+    for domain in ("finance", "legal", "medical"):
+        load_kg(domain)
+
+
+def claims_of(text: str, domain: str, kind: str, prompt: str | None = None) -> list[tuple[str, str]]:
+    return [(c.verdict, c.text) for c in verify(text, domain, prompt=prompt).claims if c.kind == kind]
+
+
+def verdicts_of(text: str, domain: str, kind: str, prompt: str | None = None) -> set[str]:
+    return {verdict for verdict, _ in claims_of(text, domain, kind, prompt)}
+
+
+# -- "only" with a part of a labelled condition: the label's condition is broader -------------------------
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("Pioglitazone is contraindicated only in NYHA class IV heart failure.", "contradicted"),
+        ("Actos (pioglitazone) needs care in heart disease. It is contraindicated only in class III heart failure.",
+         "contradicted"),
+        ("The one contraindication for pioglitazone is NYHA class IV heart failure.", "contradicted"),
+        # the part alone, without "only", is true: class IV is within the labelled condition
+        ("Pioglitazone is contraindicated in NYHA class IV heart failure.", "supported"),
+        ("Pioglitazone is contraindicated only in NYHA class III or IV heart failure.", "supported"),
+    ],
+)
+def test_only_with_part_of_a_labelled_condition(text: str, verdict: str) -> None:
+    assert verdicts_of(text, "medical", "contraindication") == {verdict}
+
+
+# -- a maximum that the label sets by body weight ------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "prompt", "verdict"),
+    [
+        # "regardless of weight" denies the label's weight bands
+        ("In heart failure carvedilol is capped at 25 mg twice daily whatever the patient's weight.", None,
+         "contradicted"),
+        ("For heart failure, carvedilol starts low. Its maximum is 50 mg a day irrespective of body weight.", None,
+         "contradicted"),
+        # the weight in the question selects the band
+        ("For heart failure the maximum carvedilol dose is 25 mg twice a day.", "my father weighs 104 kg",
+         "contradicted"),
+        ("For heart failure the maximum carvedilol dose is 25 mg twice a day.", "she is a 62 kg woman", "supported"),
+        ("For heart failure the maximum carvedilol dose is 50 mg twice a day.", "patient is 97 kg", "supported"),
+        # the band stated with the dose
+        ("In heart failure patients over 85 kg, carvedilol may be raised to a maximum of 50 mg twice daily.", None,
+         "supported"),
+        # one band's maximum with no weight anywhere confirms nothing
+        ("In heart failure, the highest carvedilol dose is 25 mg twice daily.", None, "unverifiable"),
+    ],
+)
+def test_weight_banded_maximum(text: str, prompt: str | None, verdict: str) -> None:
+    assert verdicts_of(text, "medical", "dose", prompt) == {verdict}
+
+
+def test_a_dose_in_mg_per_kg_is_no_body_weight() -> None:
+    from rules.validators.medical.context import stated_weight
+
+    assert stated_weight("give 15 mg/kg every 6 hours") is None
+    assert stated_weight("a 70-kg adult") == 70
+    assert stated_weight("for patients over 85 kg") == pytest.approx(85.01)
+
+
+def test_the_indication_of_the_drug_sentence_carries_to_the_next() -> None:
+    text = "For heart failure, carvedilol is begun at 3.125 mg twice daily. The maximum is 25 mg twice daily " \
+           "regardless of body weight."
+    assert ("contradicted", "25 mg twice daily") in claims_of(text, "medical", "dose")
+
+
+# -- a resolving section with the wrong subject, next to the right act (pattern 13) -------------------------
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("Under the Administrative Procedure Act, judges overturn arbitrary and capricious agency decisions "
+         "under 5 U.S.C. § 553.", "contradicted"),
+        ("Per the APA, a reviewing court sets aside arbitrary and capricious agency action under 5 U.S.C. § 553, "
+         "and that is the heart of the statute.", "contradicted"),
+        ("Agencies follow notice-and-comment rulemaking, and a court reviews arbitrary and capricious agency "
+         "action under 5 U.S.C. § 553.", "contradicted"),
+    ],
+)
+def test_the_right_act_does_not_support_the_wrong_subject(text: str, verdict: str) -> None:
+    assert verdict in verdicts_of(text, "legal", "statute")
+
+
+@pytest.mark.parametrize("text", [
+    "Under the Administrative Procedure Act, judges overturn arbitrary and capricious agency decisions under "
+    "5 U.S.C. § 706.",
+    "ERISA plan participants usually sue under 29 U.S.C. § 1132(a)(1)(B).",
+    "Benefit claims are typically brought under 29 U.S.C. § 1132.",
+])
+def test_the_right_subject_or_no_subject_is_no_alarm(text: str) -> None:
+    assert "contradicted" not in verdicts_of(text, "legal", "statute")
+
+
+def test_a_coordinated_clause_after_any_verb_is_its_own_clause() -> None:
+    from knowledge_graphs import load_kg
+    from rules.claims import Document
+
+    text = "Courts set aside unlawful agency action under § 706, and rulemaking is in § 553."
+    doc = Document(text=text, domain="legal", kg=load_kg("legal"))
+    assert len(doc.clauses(doc.segments[0])) == 2
+    # a leading phrase without a verb stays with its clause
+    doc = Document(text="For adults over 65, the maximum is 20 mg.", domain="medical", kg=None)
+    assert len(doc.clauses(doc.segments[0])) == 1

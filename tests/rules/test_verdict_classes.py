@@ -114,3 +114,48 @@ def test_a_coordinated_clause_after_any_verb_is_its_own_clause() -> None:
     # a leading phrase without a verb stays with its clause
     doc = Document(text="For adults over 65, the maximum is 20 mg.", domain="medical", kg=None)
     assert len(doc.clauses(doc.segments[0])) == 1
+
+
+# -- what a case held, stated in prose (legal.case_holding) ---------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        # a label, a verb after the name (with its citation and year), a source after the description
+        ("Katz v. United States: a reasonable expectation of privacy marks a Fourth Amendment search.", "supported"),
+        ("Batson v. Kentucky, 476 U.S. 79 (1986), barred prosecutors from striking jurors because of their race.",
+         "supported"),
+        ("Judges as gatekeepers for scientific expert testimony come from Daubert v. Merrell Dow Pharmaceuticals.",
+         "supported"),
+        ("Riley v. California held that police need a warrant to search the data on an arrestee's cell phone.",
+         "supported"),
+        # another case's holding credited to the case
+        ("Gideon v. Wainwright: the fraud-on-the-market presumption of reliance.", "contradicted"),
+        ("Miranda v. Arizona held that flag burning is expressive conduct protected by the First Amendment.",
+         "contradicted"),
+        ("The actual malice rule for libel suits by public officials comes from Tinker v. Des Moines.", "contradicted"),
+        # the holding reversed, negated, or the rejected proposition stated
+        ("Pearson v. Callahan required courts to always decide the constitutional question first.", "contradicted"),
+        ("Loving v. Virginia upheld state bans on interracial marriage.", "contradicted"),
+        ("Obergefell v. Hodges did not require states to license same-sex marriages.", "contradicted"),
+        ("Erie Railroad Co. v. Tompkins told federal courts in diversity to apply federal general common law.",
+         "contradicted"),
+        # the right holding on the wrong amendment
+        ("Gideon v. Wainwright held that the Fifth Amendment right to counsel applies to the states.", "contradicted"),
+    ],
+)
+def test_case_holdings(text: str, verdict: str) -> None:
+    assert verdicts_of(text, "legal", "case_holding") == {verdict}
+
+
+@pytest.mark.parametrize("text", [
+    "Marbury v. Madison is a famous case.",                       # nothing said of the holding
+    "Terry v. Ohio is often taught in the first week of criminal procedure.",
+    "Palsgraf v. Long Island Railroad Co. is about a train platform and a box of fireworks that exploded.",
+])
+def test_no_holding_claim_without_a_holding_description(text: str) -> None:
+    assert verdicts_of(text, "legal", "case_holding") <= {"unverifiable"}
+
+
+def test_a_holding_claim_spans_the_description_not_the_case_or_year() -> None:
+    text = "Mapp v. Ohio (1961) applied the exclusionary rule to the states."
+    assert claims_of(text, "legal", "case_holding") == [("supported", "applied the exclusionary rule to the states")]

@@ -159,3 +159,26 @@ def test_no_holding_claim_without_a_holding_description(text: str) -> None:
 def test_a_holding_claim_spans_the_description_not_the_case_or_year() -> None:
     text = "Mapp v. Ohio (1961) applied the exclusionary rule to the states."
     assert claims_of(text, "legal", "case_holding") == [("supported", "applied the exclusionary rule to the states")]
+
+
+# -- a bare "§ N" takes its U.S. Code title from "Title N" in the text or a title the question names ------------
+@pytest.mark.parametrize(
+    ("text", "prompt", "verdict"),
+    [
+        ("Patent basics from Title 35:\n- § 102: novelty\n- § 103: obviousness", None, "supported"),
+        ("From Title 35, § 101 covers what inventions are patentable.", None, "supported"),
+        ("Quick list:\n- § 1332: federal question jurisdiction", "the 28 U.S.C. sections on jurisdiction?",
+         "contradicted"),
+        ("Quick list:\n- § 1367: supplemental jurisdiction", "what's in 28 USC about jurisdiction", "supported"),
+    ],
+)
+def test_a_bare_section_takes_the_title_named_elsewhere(text: str, prompt: str | None, verdict: str) -> None:
+    assert verdict in verdicts_of(text, "legal", "statute", prompt)
+    assert "contradicted" not in verdicts_of(text, "legal", "statute", prompt) or verdict == "contradicted"
+
+
+def test_title_vii_is_no_code_title() -> None:
+    from rules.validators.legal.provisions import _TITLE_WORDS
+
+    assert _TITLE_WORDS.search("Title VII of the Civil Rights Act") is None
+    assert _TITLE_WORDS.search("see 18 U.S.C. generally").group("usc") == "18"

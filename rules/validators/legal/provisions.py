@@ -122,7 +122,7 @@ def _references(doc: Document) -> list[_Ref]:
             add(match.start(), match.end(), entity, match.group("sub") or "")
     for match in _BARE_SECTION.finditer(doc.text):
         earlier = [k for k in keys if k[1] <= match.start() and k[2][0] == "usc"]
-        title = earlier[-1][2][1] if earlier else last_title
+        title = earlier[-1][2][1] if earlier else last_title or _title_named(doc, match.start())
         entity = index.resolve(("usc", title, match.group("section").casefold()), (match.group("sub") or "").casefold()) if title else None
         add(match.start(), match.end(), entity, match.group("sub") or "")
     for match in _BARE_RULE.finditer(doc.text):
@@ -147,6 +147,19 @@ def _references(doc: Document) -> list[_Ref]:
         if entity is not None and (entity.id.startswith("statute:us-const") or "Clause" in mention.text or "Amendment" in mention.text):
             add(mention.start, mention.end, entity)
     return sorted(refs, key=lambda r: r.start)
+
+
+_TITLE_WORDS = re.compile(r"\bTitle\s+(?P<title>\d{1,2})\b(?!\s+(?:VII|IX|IV)\b)|\b(?P<usc>\d{1,2})\s*U\.?\s?S\.?\s?C\.?(?:\s|$)", re.I)
+
+
+def _title_named(doc: Document, position: int) -> str | None:
+    """The U.S. Code title a bare "§ 101" is in when no citation gives it: "Title 35" earlier in the text, else
+    a title the question names ("28 USC jurisdiction sections", "Title 35 sections")."""
+    for text in (doc.text[:position], doc.prompt or ""):
+        found = list(_TITLE_WORDS.finditer(text))
+        if found:
+            return found[-1].group("title") or found[-1].group("usc")
+    return None
 
 
 def _constitution(kg: KnowledgeGraph, match: re.Match[str]) -> Entity | None:

@@ -182,3 +182,33 @@ def test_title_vii_is_no_code_title() -> None:
 
     assert _TITLE_WORDS.search("Title VII of the Civil Rights Act") is None
     assert _TITLE_WORDS.search("see 18 U.S.C. generally").group("usc") == "18"
+
+
+# -- a cash-threshold regulation described, not named ------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("Travellers bringing more than $10,000 in currency into the United States have to report it.", "supported"),
+        ("If you carry more than five thousand dollars out of the U.S. you must file a report.", "contradicted"),
+        ("Cash entering or leaving the EU must be declared at €10,000 or more.", "supported"),
+        ("People crossing into the EU with cash must declare it from €15,000.", "contradicted"),
+        ("Under the EU rules, traders cannot accept cash payments for goods above €10,000.", "supported"),
+    ],
+)
+def test_a_described_cash_regulation(text: str, verdict: str) -> None:
+    assert verdicts_of(text, "finance", "threshold") == {verdict}
+
+
+@pytest.mark.parametrize("text", [
+    "We carried two suitcases across the border into Canada.",     # no amount, no claim
+    "Dealers in the market take cash for fruit all day.",           # no EU, no amount
+])
+def test_no_threshold_claim_without_an_amount(text: str) -> None:
+    assert verdicts_of(text, "finance", "threshold") == set()
+
+
+def test_more_than_before_the_amount_states_the_rule_not_a_consequence() -> None:
+    assert verdicts_of("Anyone transporting more than $10,000 across the US border must declare it.", "finance",
+                       "threshold") == {"supported"}
+    assert verdicts_of("Carrying exactly $10,000 into the US must be declared.", "finance", "threshold") == {
+        "contradicted"}

@@ -212,3 +212,33 @@ def test_more_than_before_the_amount_states_the_rule_not_a_consequence() -> None
                        "threshold") == {"supported"}
     assert verdicts_of("Carrying exactly $10,000 into the US must be declared.", "finance", "threshold") == {
         "contradicted"}
+
+
+# -- a drug's original US approval date (medical.approval) -----------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("Cymbalta (duloxetine) won FDA approval in August 2004.", "supported"),
+        ("The FDA approved Plavix in 1997, and it became a blockbuster.", "supported"),
+        ("Januvia was approved in the autumn of 2006.", "supported"),
+        ("Viagra was approved by the FDA in nineteen ninety-five.", "contradicted"),
+        ("Crestor was first approved on 2003-02-12.", "contradicted"),       # right year, wrong month
+        ("Pradaxa got its US approval in late 2012.", "contradicted"),
+    ],
+)
+def test_original_approval_dates(text: str, verdict: str) -> None:
+    assert verdicts_of(text, "medical", "approval_date") == {verdict}
+
+
+@pytest.mark.parametrize("text", [
+    "Xarelto was approved for stroke prevention in atrial fibrillation in November 2011.",   # an indication
+    "A generic version of Lipitor was approved in 2011.",                                  # a generic
+    "Januvia was approved in Europe in 2007.",                                             # another agency
+])
+def test_a_later_or_other_approval_is_not_the_original(text: str) -> None:
+    assert verdicts_of(text, "medical", "approval_date") <= {"unverifiable"}
+
+
+def test_the_approval_cue_belongs_to_its_own_date() -> None:
+    text = "Zocor (simvastatin) was approved in December 1991 and launched the next spring, in 1992."
+    assert verdicts_of(text, "medical", "approval_date") == {"supported"}

@@ -242,3 +242,16 @@ def test_a_later_or_other_approval_is_not_the_original(text: str) -> None:
 def test_the_approval_cue_belongs_to_its_own_date() -> None:
     text = "Zocor (simvastatin) was approved in December 1991 and launched the next spring, in 1992."
     assert verdicts_of(text, "medical", "approval_date") == {"supported"}
+
+
+# -- a currency the country gave up is no claim that it uses it ------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("El Salvador uses the US dollar after it dropped the colón in 2001.", {"supported"}),
+        ("Montenegro has used the euro since it abandoned the Deutsche Mark.", {"supported"}),
+        ("Zimbabwe uses the euro.", {"contradicted"}),
+    ],
+)
+def test_an_abandoned_currency_is_not_a_use_claim(text: str, expected: set[str]) -> None:
+    assert verdicts_of(text, "finance", "country_currency") == expected

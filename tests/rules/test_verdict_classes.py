@@ -255,3 +255,26 @@ def test_the_approval_cue_belongs_to_its_own_date() -> None:
 )
 def test_an_abandoned_currency_is_not_a_use_claim(text: str, expected: set[str]) -> None:
     assert verdicts_of(text, "finance", "country_currency") == expected
+
+
+# -- a holding stated in the next sentence, with "It" / "The Court" / "The decision" as subject -----------------
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("Marbury v. Madison dates from 1803. It established judicial review of acts of Congress.", "supported"),
+        ("Griswold v. Connecticut is from 1965. The Court struck down a ban on contraceptives for married couples.",
+         "supported"),
+        ("Roe v. Wade was decided in 1973. The Court held that flag burning is protected expressive conduct.",
+         "contradicted"),
+        ("Bostock v. Clayton County came out in 2020. The decision did not address transgender workers.",
+         "contradicted"),
+    ],
+)
+def test_a_holding_in_the_next_sentence(text: str, verdict: str) -> None:
+    assert verdicts_of(text, "legal", "case_holding") == {verdict}
+
+
+def test_a_not_inside_the_holding_is_no_negation_of_it() -> None:
+    text = ("Crawford v. Washington, 541 U.S. 36 (2004). It held that testimonial hearsay of a witness who did not "
+            "testify is inadmissible under the Confrontation Clause unless there was prior cross-examination.")
+    assert "contradicted" not in verdicts_of(text, "legal", "case_holding")

@@ -37,7 +37,8 @@ _SUFFIXES = (("ations", ""), ("ation", ""), ("ies", "y"), ("ied", "y"), ("ings",
              ("ed", ""), ("ly", ""), ("s", ""))
 # the same thing in the words chatbots and the reports use
 _SYNONYMS = {"lawyer": "counsel", "lawyers": "counsel", "attorney": "counsel", "attorneys": "counsel",
-             "guns": "firearm", "gun": "firearm", "cellphone": "cell", "frisking": "frisk"}
+             "guns": "firearm", "gun": "firearm", "cellphone": "cell", "frisking": "frisk", "worker": "employee",
+             "workers": "employee", "employees": "employee"}
 _STOP = frozenset("""a an the of and or in on for to by with is are was were be been its it this that these those
     at as from their them they there any all also only one two its his her he she who whom which what when where
     court courts supreme case cases decision decisions ruling held hold holds holding established establish landmark
@@ -148,9 +149,47 @@ def case_holding(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
             continue
         taken.append((start, end))
         findings.append(_judge(doc, mention, own_id, holdings, words, (start, end),
-                               negated=bool(_NEGATED.search(doc.text[min(start, mention.end) if start >= mention.end
-                                                                     else start:end]))))
+                               # a negation between the name and the verb ("did not address"); a "not" inside
+                               # the description ("a witness who did not appear") is part of what was held
+                               negated=bool(start > mention.end and _NEGATED.search(doc.text[mention.end:start]))))
+    findings += _pronoun_holdings(doc, cases, holdings, taken)
     return findings
+
+
+# "It established ...", "The Court held that ...", "The decision did not address ...": a holding whose subject is
+# the case named in the sentence before (coreference to the nearest case, at most one segment back)
+_PRONOUN_SUBJECT = re.compile(r"\W*(?:It|The (?:Supreme )?Court|The (?:decision|ruling|case|opinion|majority)|"
+                              r"(?:That|This) (?:case|decision|ruling)|There,? the Court)\b", re.I)
+
+
+def _pronoun_holdings(doc: Document, cases: list[Mention], holdings: dict[str, tuple[frozenset[str], Fact]],
+                      taken: list[tuple[int, int]]) -> list[Finding]:
+    out: list[Finding] = []
+    for index, seg in enumerate(doc.segments):
+        for clause in doc.clauses(seg):
+            subject = _PRONOUN_SUBJECT.match(doc.text, clause[0], clause[1])
+            if subject is None or any(clause[0] <= m.start < clause[1] for m in cases):
+                continue
+            window = doc.segments[max(0, index - 1)].start
+            earlier = [m for m in cases if window <= m.start < clause[0]]
+            if not earlier or len({i for m in earlier[-1:] for i in m.entity_ids}) != len(earlier[-1].entity_ids):
+                continue
+            case = earlier[-1]
+            own_id = next((i for i in case.entity_ids if i in holdings), None)
+            verb = _VERB_AFTER.match(doc.text, subject.end(), clause[1])
+            if own_id is None or verb is None:
+                continue
+            stop = _DESCRIPTION_END.search(doc.text, verb.start("verb"), seg.end)
+            span = _trim(doc, verb.start("verb"), min(stop.start() if stop else seg.end, seg.end))
+            if span is None or any(s < span[1] and span[0] < e for s, e in taken):
+                continue
+            words = content_words(doc.text[span[0]:span[1]]) - content_words(case.text)
+            if len(words) < 2:
+                continue
+            taken.append(span)
+            out.append(_judge(doc, case, own_id, holdings, words, span,
+                              negated=bool(_NEGATED.search(doc.text[subject.end():span[0]]))))
+    return out
 
 
 def _description(doc: Document, mention: Mention, cases: list[Mention]) -> tuple[int, int] | None:

@@ -278,3 +278,11 @@ def test_a_not_inside_the_holding_is_no_negation_of_it() -> None:
     text = ("Crawford v. Washington, 541 U.S. 36 (2004). It held that testimonial hearsay of a witness who did not "
             "testify is inadmissible under the Confrontation Clause unless there was prior cross-examination.")
     assert "contradicted" not in verdicts_of(text, "legal", "case_holding")
+
+
+@pytest.mark.parametrize("text", [
+    "The plausibility pleading standard comes from Twombly and from Ashcroft v. Iqbal.",
+    "The summary judgment standard comes from Celotex Corp. v. Catrett and Anderson v. Liberty Lobby.",
+])
+def test_cases_named_together_share_the_description(text: str) -> None:
+    assert "contradicted" not in verdicts_of(text, "legal", "case_holding")

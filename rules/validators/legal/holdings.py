@@ -148,7 +148,11 @@ def case_holding(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
         if len(words) < 2:
             continue
         taken.append((start, end))
-        findings.append(_judge(doc, mention, own_id, holdings, words, (start, end),
+        # cases named together in the clause share what is said ("comes from Twombly and Iqbal"): none of them
+        # is "another case" whose holding would contradict the claim
+        clause = doc.clause_of(mention.start)
+        together = {i for m in cases if clause[0] <= m.start < clause[1] for i in m.entity_ids}
+        findings.append(_judge(doc, mention, own_id, holdings, words, (start, end), together=together,
                                # a negation between the name and the verb ("did not address"); a "not" inside
                                # the description ("a witness who did not appear") is part of what was held
                                negated=bool(start > mention.end and _NEGATED.search(doc.text[mention.end:start]))))
@@ -236,12 +240,13 @@ def _polarity(words: frozenset[str]) -> set[str]:
 
 
 def _judge(doc: Document, mention: Mention, own_id: str, holdings: dict[str, tuple[frozenset[str], Fact]],
-           words: frozenset[str], span: tuple[int, int], *, negated: bool) -> Finding:
+           words: frozenset[str], span: tuple[int, int], *, negated: bool,
+           together: set[str] | frozenset[str] = frozenset()) -> Finding:
     own_words, own_fact = holdings[own_id]
     own_shared = words & own_words
     own_cover = len(own_shared) / len(words)
-    ranked = sorted(((len(words & w), -len(w), case_id) for case_id, (w, _) in holdings.items() if case_id != own_id),
-                    reverse=True)
+    ranked = sorted(((len(words & w), -len(w), case_id) for case_id, (w, _) in holdings.items()
+                     if case_id != own_id and case_id not in together), reverse=True)
     best_shared, _, best_id = ranked[0] if ranked else (0, 0, "")
     best_cover = best_shared / len(words)
     name = doc.kg.entity(own_id).name if doc.kg is not None and doc.kg.entity(own_id) else mention.text

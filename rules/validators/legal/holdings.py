@@ -112,6 +112,20 @@ def _holdings(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> dict[str, tupl
     return out
 
 
+_INDEXES: dict[int, dict[str, list[str]]] = {}
+
+
+def _word_index(key: int, holdings: dict[str, tuple[frozenset[str], Fact]]) -> dict[str, list[str]]:
+    """Word -> ids of the cases whose holding has it (built once per holdings table)."""
+    if key not in _INDEXES:
+        index: dict[str, list[str]] = {}
+        for case_id, (words, _) in holdings.items():
+            for word in words:
+                index.setdefault(word, []).append(case_id)
+        _INDEXES[key] = index
+    return _INDEXES[key]
+
+
 @lru_cache(maxsize=8)
 def _rejected(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> dict[str, tuple[frozenset[str], Fact]]:
     """Case id -> content words of a proposition the case rejected (relation `holding_rejects`)."""
@@ -201,7 +215,8 @@ def _description(doc: Document, mention: Mention, cases: list[Mention]) -> tuple
     seg = doc.segment_of(mention.start)
     after_start = mention.end
     label = _LABEL_AFTER.match(doc.text, after_start, seg.end)
-    verb = None if label else _VERB_AFTER.match(doc.text, after_start, seg.end)
+    # the verb stands within ~140 characters of the name (citation, year and a short aside in between)
+    verb = None if label else _VERB_AFTER.match(doc.text, after_start, min(seg.end, after_start + 160))
     if label or verb:
         # a verb is part of what is said ("kept the inquiry" against a holding that eliminated it)
         start = label.end() if label else verb.start("verb")  # type: ignore[union-attr]
@@ -245,7 +260,11 @@ def _judge(doc: Document, mention: Mention, own_id: str, holdings: dict[str, tup
     own_words, own_fact = holdings[own_id]
     own_shared = words & own_words
     own_cover = len(own_shared) / len(words)
-    ranked = sorted(((len(words & w), -len(w), case_id) for case_id, (w, _) in holdings.items()
+    shared_counts: dict[str, int] = {}
+    for word in words:     # an inverted index: only holdings sharing a word are counted
+        for case_id in _word_index(id(holdings), holdings).get(word, ()):
+            shared_counts[case_id] = shared_counts.get(case_id, 0) + 1
+    ranked = sorted(((count, -len(holdings[case_id][0]), case_id) for case_id, count in shared_counts.items()
                      if case_id != own_id and case_id not in together), reverse=True)
     best_shared, _, best_id = ranked[0] if ranked else (0, 0, "")
     best_cover = best_shared / len(words)

@@ -286,3 +286,17 @@ def test_a_not_inside_the_holding_is_no_negation_of_it() -> None:
 ])
 def test_cases_named_together_share_the_description(text: str) -> None:
     assert "contradicted" not in verdicts_of(text, "legal", "case_holding")
+
+
+def test_the_main_label_of_a_drug_is_the_same_in_every_process() -> None:
+    """Two labels with one maximum each (VIAGRA 100 mg, REVATIO 60 mg): the tie goes to the label listed first,
+    whatever PYTHONHASHSEED is (a set's order decided it before)."""
+    import subprocess
+    import sys
+
+    code = ("from rules import verify; print(verify('The top daily sildenafil dose for adults is 100 mg.', "
+            "'medical').claims[0].verdict)")
+    verdicts = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                               env={**__import__("os").environ, "PYTHONHASHSEED": str(seed)}).stdout.strip()
+                for seed in (1, 2, 3)}
+    assert verdicts == {"supported"}

@@ -149,7 +149,9 @@ def _label_name(fact: Fact) -> str:
 
 def _most_common_label(facts: list[Fact]) -> str:
     names = [_label_name(f) for f in facts]
-    return max(set(names), key=names.count)
+    # over the list, not a set: a tie goes to the label listed first (the drug's own), the same in every
+    # process (a set's order of strings changes with PYTHONHASHSEED)
+    return max(names, key=names.count)
 
 
 def _judge(doc: Document, drug: Mention, amount: Dose, qualifiers: Qualifiers, tolerance: float) -> Finding:

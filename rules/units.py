@@ -44,7 +44,7 @@ _PER_DOSE = re.compile(r"^\W{0,3}(?:per dose|as a single dose|at a time|in a sin
 # a maximum stated before the amount ("capped at", "no more than", "the ceiling is the same") ...
 _MAXIMUM_BEFORE = re.compile(
     r"(?:\bmax(?:imum|\.)?\b|highest|exceed|no more than|not more than|up to|limit(?:s|ed)?\b|ceiling|"
-    r"\bcaps?\b|capped|tops? out|go above|go over|above|no higher than|at most|upper limit)"
+    r"\bcaps?\b|capped|tops? out|\b(?:top|largest|biggest) (?:[\w-]+ ){0,2}?(?:dose|amount)\b|go above|go over|above|no higher than|at most|upper limit)"
     r"[^.;,]{0,50}$", re.I,
 )
 # ... or after it ("60 mg/day ceiling", "15 mg/day max", "60 mg being the maximum", "the 4 g limit")

@@ -45,7 +45,7 @@ def build(data_dir: Path) -> DomainData:
     entities, facts = case_data(folder / "cases.yaml", manifest, reporters, courts)
     out.entities += entities
     out.facts += facts
-    for filename in ("statutes.yaml", "statute_facts.yaml", "gdpr.yaml"):
+    for filename in ("statutes.yaml", "statute_facts.yaml", "gdpr.yaml", "case_holdings.yaml"):
         statutes, statute_facts = load_generic(folder / filename, manifest)
         out.entities += statutes
         out.facts += statute_facts

@@ -57,7 +57,7 @@ def build(data_dir: Path) -> DomainData:
     out.entities += icd10cm_entities(manifest)
     known_codes = {e.id for e in out.entities if e.type == "icd10cm_code"}
 
-    for filename in ("conditions.yaml", "drug_classes.yaml"):
+    for filename in ("conditions.yaml", "drug_classes.yaml", "approvals.yaml"):
         entities, facts = load_generic(data_dir / "medical" / filename, manifest)
         out.entities += entities
         out.facts += facts

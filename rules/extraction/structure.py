@@ -249,9 +249,11 @@ def clauses(seg: Segment) -> list[tuple[int, int]]:
     for match in _CLAUSE_BREAK.finditer(seg.text):
         if _inside_parentheses(seg.text, match.start()):
             continue
-        if re.fullmatch(r",\s+(?:(?:and|or)\s+)?", match.group(0)) \
+        if re.fullmatch(r",\s+", match.group(0)) \
                 and not _HAS_VERB.search(seg.text[bounds[-1] - seg.start:match.start()]):
             continue    # "For patients over 60, the maximum is ...": a leading phrase, not a clause of its own
+        # ", and <subject> is ...": a coordinated clause follows whatever verb the first one has ("courts set
+        # aside X under § 553, and rulemaking is in § 706")
         bounds.append(seg.start + match.start())
     bounds.append(seg.end)
     out = []

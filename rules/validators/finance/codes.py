@@ -78,6 +78,11 @@ _USES = re.compile(r"\b(?:uses?|used|using|currency is|legal tender|adopted|pays
                    r"switched to|is the currency of)\b", re.I)
 
 
+_ABANDONED = re.compile(r"\b(?:abandon\w*|dropp\w*|gave up|giv\w* up|ditch\w*|scrapp\w*|replac\w*|phased out|swapp\w*|"
+                        r"switched (?:away )?from|moved away from)\s+(?:the\s+|its\s+|their\s+)?(?:own\s+|old\s+|national\s+)?$",
+                        re.I)
+
+
 def _country_currency(doc: Document) -> list[Finding]:
     """"Liechtenstein uses the Swiss franc", "Ecuador has used the US dollar": each currency named after a
     use cue, paired with the country nearest before it in its clause."""
@@ -88,6 +93,8 @@ def _country_currency(doc: Document) -> list[Finding]:
             continue     # a bare code is judged as a code claim
         clause = doc.clause_of(currency.start)
         before = doc.text[clause[0]:currency.start]
+        if _ABANDONED.search(before):
+            continue     # "since it abandoned the sucre": a currency given up is no claim of use
         after = re.match(r"\s+(?:is|was)\s+(?:the\s+)?(?:official\s+|legal\s+|national\s+)?currency\s+(?:of|in)\s+",
                          doc.text[currency.end:clause[1]], re.I)
         if after:      # "the euro is the currency of Germany"

@@ -61,6 +61,33 @@ _FAMILY_WORDS = {"sar": re.compile(r"\bSARs?\b|\bsuspicious activity reports?\b|
                  "ctr": re.compile(r"\bCTRs?\b|\bcurrency transaction reports?\b", re.I)}
 
 
+# A regulation described rather than named, in the amount's own clause: (KG alias it means, the description).
+# Cross-border cash: carrying cash across a border (US: CMIR) or into/out of the EU (EU cash controls); cash
+# accepted by traders in goods in the EU (AMLR cash limit).
+_EU = re.compile(r"\b(?:EU\b|E\.U\.|European Union\b|the Union\b)")
+_CARRY_ACROSS = re.compile(r"\b(?:carry\w*|bring\w*|brought|transport\w*|tak(?:e|es|ing)|travel\w*|cross\w*)\b"
+                           r"[^.;]{0,60}\b(?:across|into|out of|through|leaving|entering|border)\b|"
+                           r"\b(?:cash|currency)\s+(?:entering|leaving|crossing)\b|\bcash declaration\b|"
+                           r"\b(?:declare|report)\w*\s+(?:the\s+)?cash\b[^.;]{0,30}\b(?:border|customs|entering|leaving)\b",
+                           re.I)
+_TRADERS_CASH = re.compile(r"\b(?:traders?|dealers?|sellers?|merchants?|shops?)\b[^.;]{0,40}\b(?:accept|take|receiv)\w*"
+                           r"[^.;]{0,25}\bcash\b|\bcash payments?\b[^.;]{0,40}\b(?:goods|services)\b", re.I)
+
+
+def _described(doc: Document, clause: tuple[int, int]) -> tuple[str, ...]:
+    """The regulation a clause describes without naming it (see `_CARRY_ACROSS`, `_TRADERS_CASH`)."""
+    assert doc.kg is not None
+    text = doc.text[clause[0]:clause[1]]
+    eu = bool(_EU.search(text))
+    alias = None
+    if _CARRY_ACROSS.search(text):
+        alias = "EU cash declaration" if eu else ("CMIR" if re.search(r"\b(?:US\b|U\.S\.|United States\b|America\b)", text)
+                                                  else None)
+    elif eu and _TRADERS_CASH.search(text):
+        alias = "EU cash limit"
+    return tuple(e.id for e in doc.kg.lookup(alias) if e.type == "regulation") if alias else ()
+
+
 @dataclass(frozen=True, slots=True)
 class _Regulation:
     ids: tuple[str, ...]
@@ -111,6 +138,9 @@ def _regulation_for(doc: Document, seg: Segment, position: int) -> _Regulation |
     if named:
         nearest = min(named, key=lambda m: abs(m.start - position))
         return _Regulation(nearest.entity_ids, nearest.text, nearest.start)
+    described = _described(doc, clause)
+    if described:
+        return _Regulation(described, doc.text[clause[0]:clause[1]].strip(), clause[0])
     found = doc.antecedent(position, ["regulation"])
     if found is not None:
         return _Regulation(found.entity_ids, found.text, found.start if not found.in_prompt else -1)
@@ -194,8 +224,11 @@ def _judge_amount(doc: Document, seg: Segment, money: Money, upper: Money | None
     handled = doc.cache.setdefault("threshold_consequences", set())
     if clause in handled:
         return None      # another amount of a clause already judged as one consequence
+    # "depositing $10,500 would trigger a CTR" is a consequence of one amount; "carrying more than $10,000 ...
+    # must be declared" states the rule itself (the comparison before the amount), judged as a statement
+    states_rule = bool(_GT_BEFORE.search(before) or _GE_BEFORE.search(before) or _GE_AFTER.match(after))
     if _EXACTLY.search(before) or re.search(r"\b(?:deposit(?:ing)?|withdraw\w*|carry\w*|purchase|payment|transfer)\b[^.;]{0,20}$", before, re.I) \
-            and (_TRIGGERS.search(after) or _NO_TRIGGER.search(after)):
+            and (_TRIGGERS.search(after) or _NO_TRIGGER.search(after)) and not states_rule:
         handled.add(clause)
         amount, how = _consequence_amount(doc, money, facts, clause)
         return _judge_consequence(doc, amount, how, facts, clause)

@@ -47,7 +47,8 @@ _WORDS = re.compile(r"[a-z0-9]+")
 _STOP = frozenset("""a an the of and or in on for to by with is are was be been its it this that under at as from
     their them any all also only one two section sections article art rule rules usc u s c cfr fed r civ p evid gdpr
     act statute provision provisions clause part codified defined set out found core key main federal sec et seq
-    what which who covers cover governs gives lets allows bars prohibits provides requires targets deals""".split())
+    what which who covers cover governs gives lets allows bars prohibits provides requires targets deals
+    usually generally typically normally commonly often mostly mainly primarily""".split())
 
 # Nouns any provision may be said to impose: alone they do not point to one provision.
 _GENERIC_NOUNS = frozenset("""duty obligation right requirement rule period limit standard test provision power
@@ -61,7 +62,8 @@ _EXPAND = [(re.compile(r"\bDPO\b"), "data protection officer"), (re.compile(r"\b
 def _content(text: str) -> frozenset[str]:
     for pattern, replacement in _EXPAND:
         text = pattern.sub(replacement, text)
-    words = [w[:-1] if len(w) > 4 and w.endswith("s") and not w.endswith("ss") else w for w in _WORDS.findall(text.casefold())]
+    words = [w[:-1] if len(w) > 4 and w.endswith("s") and not w.endswith(("ss", "us", "is")) else w
+             for w in _WORDS.findall(text.casefold())]
     return frozenset(w for w in words if w not in _STOP and not w.isdigit())
 
 
@@ -120,7 +122,7 @@ def _references(doc: Document) -> list[_Ref]:
             add(match.start(), match.end(), entity, match.group("sub") or "")
     for match in _BARE_SECTION.finditer(doc.text):
         earlier = [k for k in keys if k[1] <= match.start() and k[2][0] == "usc"]
-        title = earlier[-1][2][1] if earlier else last_title
+        title = earlier[-1][2][1] if earlier else last_title or _title_named(doc, match.start())
         entity = index.resolve(("usc", title, match.group("section").casefold()), (match.group("sub") or "").casefold()) if title else None
         add(match.start(), match.end(), entity, match.group("sub") or "")
     for match in _BARE_RULE.finditer(doc.text):
@@ -145,6 +147,19 @@ def _references(doc: Document) -> list[_Ref]:
         if entity is not None and (entity.id.startswith("statute:us-const") or "Clause" in mention.text or "Amendment" in mention.text):
             add(mention.start, mention.end, entity)
     return sorted(refs, key=lambda r: r.start)
+
+
+_TITLE_WORDS = re.compile(r"\bTitle\s+(?P<title>\d{1,2})\b(?!\s+(?:VII|IX|IV)\b)|\b(?P<usc>\d{1,2})\s*U\.?\s?S\.?\s?C\.?(?:\s|$)", re.I)
+
+
+def _title_named(doc: Document, position: int) -> str | None:
+    """The U.S. Code title a bare "§ 101" is in when no citation gives it: "Title 35" earlier in the text, else
+    a title the question names ("28 USC jurisdiction sections", "Title 35 sections")."""
+    for text in (doc.text[:position], doc.prompt or ""):
+        found = list(_TITLE_WORDS.finditer(text))
+        if found:
+            return found[-1].group("title") or found[-1].group("usc")
+    return None
 
 
 def _constitution(kg: KnowledgeGraph, match: re.Match[str]) -> Entity | None:
@@ -276,9 +291,15 @@ def _judge_reference(doc: Document, ref: _Ref) -> list[Finding]:
     out += values
     items = _enumerated_items(doc, ref)
     out += items
-    attached = None if act is not None or items else _attached(doc, seg, ref)
-    if attached is not None and _content(attached[0]) - _content(ref.entity.name) - _NOT_SUBJECTS:
-        out.append(_subject_claim(doc, ref, attached))
+    attached = None if items else _attached(doc, seg, ref)
+    # the act a section belongs to and the subject it is said to cover are two checks: "courts set aside
+    # arbitrary agency action under the APA's § 553" names the right act and the wrong section
+    act_words = frozenset().union(*(_content(m.text) for m in doc.mentions(["act"]) if seg.start <= m.start < seg.end)) \
+        if act is not None else frozenset()
+    if attached is not None and _content(attached[0]) - _content(ref.entity.name) - _NOT_SUBJECTS - act_words:
+        subject = _subject_claim(doc, ref, attached)
+        if act is None or subject.verdict == "contradicted":
+            out.append(subject)
     if not out:
         out.append(_bare_reference(doc, ref))
     return out
@@ -391,8 +412,10 @@ def _subject_claim(doc: Document, ref: _Ref, attached: tuple[str, tuple[int, int
     words = _content(description) - _content(ref.entity.name)
     texts = _provision_texts(id(doc.kg), doc.kg.version, doc.kg)
     claimed = _score(words, texts.get(ref.entity.id, frozenset()))
-    ranked = sorted(((_score(words, t), i) for i, t in texts.items() if i != ref.entity.id), reverse=True)
-    best_score, best_id = ranked[0] if ranked else ((0.0, 0.0), "")
+    # the provision sharing the most of the description's words, then the closest fit (F1): a short heading that
+    # shares one word ("decisions") does not outrank one that shares two ("arbitrary", "capricious")
+    ranked = sorted(((len(words & t), _score(words, t), i) for i, t in texts.items() if i != ref.entity.id), reverse=True)
+    _, best_score, best_id = ranked[0] if ranked else (0, (0.0, 0.0), "")
     span = (min(ref.start, desc_span[0]), max(ref.end, desc_span[1]))
     while span[1] > span[0] and doc.text[span[1] - 1] in " .,;:":
         span = (span[0], span[1] - 1)

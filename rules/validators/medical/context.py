@@ -132,13 +132,53 @@ class Qualifiers:
     conditions: list[Mention] = field(default_factory=list)   # conditions named for the statement
     indication: str = ""                  # the indication a brand name implies ("Revatio": PAH)
     coadministered: list[Mention] = field(default_factory=list)   # other drugs the statement is made with
+    weight_kg: float | None = None        # the patient's body weight (statement, else the question)
+    any_weight: bool = False              # "regardless of body weight": the claim denies a weight band
     text: str = ""                        # the words the qualifiers were read from
 
     def describe(self) -> str:
         parts = [self.population]
         parts += [p for p in (self.formulation, self.setting, self.route, self.care) if p]
         parts += [m.text for m in self.conditions]
+        if self.weight_kg is not None:
+            parts.append(f"body weight {self.weight_kg:g} kg")
         return ", ".join(parts)
+
+
+# "95 kg", "a 60-kg patient", "weighs 70 kilograms", "over 85 kg" (never the "kg" of "mg/kg")
+_WEIGHT = re.compile(r"(?<![/\w.])(?:(?P<op>over|above|more than|heavier than|greater than|under|below|less than|"
+                     r"lighter than|up to|at most)\s+)?(?P<value>\d{2,3}(?:\.\d+)?)\s?-?(?:kg|kilo(?:gram)?s?)\b(?!\s*/)",
+                     re.I)
+_ANY_WEIGHT = re.compile(r"\b(?:regardless of|irrespective of|independent of|whatever|no matter)\s+(?:the\s+|"
+                         r"(?:his|her|their|your|a|the patient's)\s+)?(?:body\s*)?weight\b|\b(?:at|for) (?:any|all|every) "
+                         r"(?:body\s*)?weights?\b|\bnot (?:adjusted|based) (?:for|on) (?:body\s*)?weight\b", re.I)
+
+
+def stated_weight(text: str) -> float | None:
+    """A body weight in kg stated in `text`; a bound ("over 85 kg") becomes a weight just past it."""
+    match = _WEIGHT.search(text)
+    if match is None:
+        return None
+    value = float(match.group("value"))
+    op = (match.group("op") or "").casefold()
+    if op in ("over", "above", "more than", "heavier than", "greater than"):
+        return value + 0.01
+    if op in ("under", "below", "less than", "lighter than"):
+        return value - 0.01
+    return value
+
+
+def weight_band(fact: Fact) -> tuple[float, float] | None:
+    """The body-weight range a fact applies to, from its `body_weight` qualifier ("up to 85 kg", "over 85 kg",
+    "50 kg and over", "under 50 kg"), or None for a fact without one."""
+    band = str(fact.qualifiers.get("body_weight") or "").casefold()
+    number = re.search(r"\d+(?:\.\d+)?", band)
+    if not band or number is None:
+        return None
+    value = float(number.group())
+    if re.search(r"\b(?:over|above|more than)\b|and over|or more", band):
+        return (value + (0.0 if "and over" in band or "or more" in band else 0.001), float("inf"))
+    return (0.0, value if re.search(r"\bup to\b|or less|at most", band) else value - 0.001)
 
 
 _NAME_MODIFIER = re.compile(r"^(?:[-\s]?(?:XR|ER|XL|SR|CR|LA|IR|OTC|IB|ODT)\b|\s+(?:extended|immediate|sustained|delayed|"
@@ -203,6 +243,15 @@ def qualifiers_at(doc: Document, position: int, drug: Mention | None) -> Qualifi
     found.setting = next((name for name, pattern in _SETTINGS if pattern.search(text)), None)
     found.care = next((name for name, pattern in _CARE if pattern.search(text)), None)
     found.conditions = _conditions_in_scope(doc, position)
+    if not found.conditions and drug is not None and not drug.in_prompt and \
+            doc.segment_of(drug.start).start != doc.segment_of(position).start:
+        # "For heart failure, carvedilol is started at ... The maximum is ...": the drug's own clause says
+        # what it is given for when the value's sentence does not
+        found.conditions = _conditions_in_scope(doc, drug.start)
+    found.weight_kg = stated_weight(text)
+    if found.weight_kg is None and doc.prompt:
+        found.weight_kg = stated_weight(doc.prompt)
+    found.any_weight = bool(_ANY_WEIGHT.search(text))
     if drug is not None:
         own = set(drug_ids(doc, drug))
         local = doc.clause_of(position)

@@ -35,6 +35,7 @@ from rules.validators.medical.context import (
     facts_of,
     labelled_drug_ids,
     qualifiers_at,
+    weight_band,
 )
 
 _MAX_HEADER = re.compile(r"\b(max(?:imum|imums)?|ceiling|limit|highest)\b", re.I)
@@ -135,6 +136,12 @@ def _only_for_unnamed_indication(matches: list[Fact], daily: list[Fact], qualifi
     return bool(others) and all(f.qualifiers.get("indication") and _label_name(f) != main for f in matches)
 
 
+def _weight_dependent(daily: list[Fact], matches: list[Fact]) -> bool:
+    """The selected maxima differ by body weight band (so one band's value is not the label's answer)."""
+    banded = [f for f in daily if weight_band(f) is not None]
+    return len({_base(f) for f in banded}) > 1 and bool(matches or banded)
+
+
 def _label_name(fact: Fact) -> str:
     """The product label a fact was read from (its locator before the section)."""
     return str(fact.provenance.locator if fact.provenance else "").split(", section")[0]
@@ -142,7 +149,9 @@ def _label_name(fact: Fact) -> str:
 
 def _most_common_label(facts: list[Fact]) -> str:
     names = [_label_name(f) for f in facts]
-    return max(set(names), key=names.count)
+    # over the list, not a set: a tie goes to the label listed first (the drug's own), the same in every
+    # process (a set's order of strings changes with PYTHONHASHSEED)
+    return max(names, key=names.count)
 
 
 def _judge(doc: Document, drug: Mention, amount: Dose, qualifiers: Qualifiers, tolerance: float) -> Finding:
@@ -170,6 +179,18 @@ def _judge(doc: Document, drug: Mention, amount: Dose, qualifiers: Qualifiers, t
         per_day = amount.daily_amount if amount.daily_amount is not None else stated
         assertion = (subject, f"max_daily_dose:{qualifiers.population}", per_day)
         matches = [f for f in daily if _close(_base(f), per_day, 0.01)]
+        banded = _weight_dependent(daily, matches)
+        if banded and (qualifiers.any_weight or qualifiers.weight_kg is None):
+            # the label's maximum depends on body weight: "regardless of weight" denies it, and a match with one
+            # band's maximum, the weight unstated, confirms nothing
+            bands = [describe(f, "maximum daily dose") for f in daily]
+            if qualifiers.any_weight:
+                return finding("contradicted", 0.85, [*bands, Evidence(kind="rule", description="the text says the "
+                               "maximum does not depend on body weight; the label's maximum differs by body weight")],
+                               assertion)
+            return finding("unverifiable", 0.5, [*bands, Evidence(kind="rule", description="the label's maximum "
+                           "differs by body weight and neither the text nor the question states the patient's weight")],
+                           assertion)
         if matches and _only_for_unnamed_indication(matches, daily, qualifiers):
             return finding("unverifiable", 0.5, [describe(f, "maximum daily dose") for f in daily] + [Evidence(
                 kind="rule", description="the stated maximum is the label's for another indication than the drug's "
@@ -248,6 +269,11 @@ def select(facts: list[Fact], qualifiers: Qualifiers, family: str) -> tuple[list
     if qualifiers.indication and not qualifiers.conditions:
         implied = [f for f in pool if qualifiers.indication.casefold() in str(f.qualifiers.get("indication", "")).casefold()]
         pool = implied or pool
+    if qualifiers.weight_kg is not None and any(weight_band(f) is not None for f in pool):
+        weight = qualifiers.weight_kg
+        pool = [f for f in pool if (band := weight_band(f)) is None or band[0] <= weight <= band[1]]
+        if not pool:
+            return [], "body weight"
     if qualifiers.conditions:
         named = [f for f in pool if _indication_matches(f, qualifiers.conditions)]
         unqualified = [f for f in pool if not f.qualifiers.get("indication")]

@@ -117,7 +117,7 @@ def indication(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
                     _pair_facts(doc, drug, other, "contraindicated_in") for other in others):
                 continue    # "contraindicated for migraine prevention in pregnant women": migraine qualifies
             found = _judge_contraindication(doc, drug, condition, span, asserted=not negated)
-            findings.append(_exclusive(doc, drug, found, "contraindicated_in", named) if exclusive else found)
+            findings.append(_exclusive(doc, drug, found, "contraindicated_in", named, condition) if exclusive else found)
         elif kind == "safe":
             findings.append(_judge_contraindication(doc, drug, condition, span, asserted=False))
         elif kind == "offlabel":
@@ -126,7 +126,7 @@ def indication(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
                 subject=labelled_drug_ids(doc, drug)[0]))
         else:
             found = _judge_indication(doc, drug, condition, span, negated, closed_world, doc.text[clause[0]:clause[1]])
-            findings.append(_exclusive(doc, drug, found, "indicated_for", named) if exclusive else found)
+            findings.append(_exclusive(doc, drug, found, "indicated_for", named, condition) if exclusive else found)
     return findings
 
 
@@ -135,11 +135,22 @@ _EXCLUSIVE = re.compile(r"(?<!\bnot )\bonly\b(?!\s+(?:if|when|after|once|under)\
                         r"(?:labell?ed\s+|approved\s+)?(?:indication|contraindication|approved use|use)\b", re.I)
 
 
-def _exclusive(doc: Document, drug: Mention, found: Finding, relation: str, named: set[str]) -> Finding:
+def _exclusive(doc: Document, drug: Mention, found: Finding, relation: str, named: set[str],
+               condition: Mention) -> Finding:
     """An exclusive claim holds only when the label lists nothing of the relation beyond what the clause
-    names: another labelled condition contradicts it, whatever the verdict on the named one."""
+    names: another labelled condition contradicts it, whatever the verdict on the named one. Naming only a
+    part of a labelled condition ("only in NYHA class IV" where the label says class III or IV) excludes the
+    rest of it, so it contradicts the label too."""
     if found.verdict == "contradicted":
         return found
+    part = _part_of_labelled(doc, drug, condition, relation) if found.verdict == "supported" else None
+    if part is not None:
+        fact, whole = part
+        return Finding(found.text, found.span, found.kind, "contradicted", 0.8, [*found.evidence, kg_evidence(
+            f"the label's {relation.replace('_', ' ')} fact is {whole}; '{condition.text}' names only part of it",
+            fact.provenance), Evidence(kind="rule", description="the text says 'only' and names part of a labelled "
+                                       "condition: the label's condition is broader than the claim allows")],
+            subject=found.subject)
     others = [f for f in facts_of(doc, labelled_drug_ids(doc, drug), relation) if f.object not in named]
     if not others:
         return found
@@ -149,6 +160,18 @@ def _exclusive(doc: Document, drug: Mention, found: Finding, relation: str, name
         f"the label also lists as {what} of {drug.text}: {listed}", others[0].provenance), Evidence(
         kind="rule", description=f"the text says 'only'; the label's {what} are not limited to what it names")],
         subject=found.subject)
+
+
+def _part_of_labelled(doc: Document, drug: Mention, condition: Mention, relation: str) -> tuple[Fact, str] | None:
+    """The labelled fact and its condition's name when `condition` was written as one of that condition's
+    `part_aliases` (KG attribute: aliases naming a subset of the entity, such as one NYHA class of two)."""
+    text = condition.text.casefold()
+    for fact in _pair_facts(doc, drug, condition, relation):
+        entity = doc.kg.entity(str(fact.object)) if doc.kg is not None else None
+        parts = [str(p).casefold() for p in (entity.attributes.get("part_aliases", []) if entity else [])]
+        if entity is not None and text in parts:
+            return fact, entity.name
+    return None
 
 
 _RISK_OF = re.compile(r"\b(?:risk of|prevent\w*(?: of)?|reduc\w* (?:the )?(?:risk|incidence|chance) of)\s+$", re.I)

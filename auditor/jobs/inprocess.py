@@ -157,8 +157,9 @@ class EmbeddedWorker:
     def _loop(self) -> None:
         last_maintenance = float("-inf")
         while not self._stop.wait(self.interval_s):
-            # The sweeps' thresholds are minutes and alert rules are checked per minute: looking every pass
-            # would only take SQLite's writer lock (and the GIL) from requests every half second.
+            # The sweeps' thresholds are minutes and alert rules are due every 30 s by default (a failed alert
+            # is retried at the next sweep, so at least 5 s apart): looking every pass would only take SQLite's
+            # writer lock (and the GIL) from requests every half second.
             maintenance = time.monotonic() - last_maintenance >= self.maintenance_interval_s
             last_maintenance = time.monotonic() if maintenance else last_maintenance
             try:

@@ -3,8 +3,9 @@
 Nothing leaves without a committed record. Non-streaming: the response is built only after the record's
 commit. Streaming: the stream's opening row is committed before any piece is released (its commit overlaps
 the start of generation; a store that takes no writes fails the request with 503 before the first byte);
-each sentence passes the output gate and is committed as a segment before it is sent (`auditor.trail.segments`); the chained record, which takes
-the segments over, is committed before the final chunk and `[DONE]`. If a write fails, the client gets
+each sentence passes the output gate and is committed as a segment before it is sent
+(`auditor.trail.segments`); the chained record, which takes the segments over, is committed before the
+final chunk and `[DONE]`. If a write fails, the client gets
 an error event and nothing more, and the committed segments are recovered into an "error" record. A
 client that disconnects mid-stream still gets its request recorded, with status "error". So does a request
 whose engine died under it (the engine-core process was killed or crashed): it is recorded as failed and

@@ -90,7 +90,8 @@ def service_side(requests: list[ChatRequest], warmup: list[ChatRequest], *, clie
     finally:
         server.stop()
     return summarise(results, seconds) | {"successes": len(successes), "records_found": found, "chain_ok": chain_ok,
-                                          "ready_s": round(server.ready_s, 2), "rss_mb": round(rss_mb, 1)}
+                                          "ready_s": round(server.ready_s, 2), "warm_s": round(server.warm_s or 0, 2),
+                                          "rss_mb": round(rss_mb, 1)}
 
 
 def summarise(results: list[Result], seconds: float) -> dict[str, Any]:
@@ -158,7 +159,7 @@ def report(rounds: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, 
                               "rounds": args.rounds, "store": "postgresql" if args.database_url else "sqlite",
                               "celery": bool(args.redis_url)}
     service_keys = ["service_tok_s", "service_req_s", "p50_ms", "p99_ms", "ttft_p50_ms", "ttft_p99_ms", "non_2xx",
-                    "records_found", "successes", "ready_s", "rss_mb"]
+                    "records_found", "successes", "ready_s", "warm_s", "rss_mb"]
     for key in service_keys:
         result[key] = median_of("service", key)
     result["chain_ok"] = all(r["service"]["chain_ok"] for r in rounds)

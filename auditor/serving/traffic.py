@@ -25,9 +25,5 @@ class LiveTraffic:
             with self._lock:
                 self._in_flight -= 1
 
-    @property
-    def in_flight(self) -> int:
-        return self._in_flight
-
     def busy(self) -> bool:
         return self._in_flight > 0

@@ -1,7 +1,7 @@
 """Finance KG: countries and currencies (pycountry) plus curated currency use, risk lists, thresholds.
 
 Curated files in data/finance/:
-- country_aliases.yaml, regulations.yaml, identifier_types.yaml: generic `entities:`/`facts:` records.
+- country_aliases.yaml, regulations.yaml, identifier_types.yaml, issuers.yaml: generic `entities:`/`facts:` records.
 - currencies.yaml: `uses_currency:` records, each {source, locator, as_of, countries: {alpha-2: ISO 4217}}.
 - risk_lists.yaml: `lists:` (the list entities) and `snapshots:` (one dated membership list each).
 """
@@ -41,7 +41,7 @@ def build(data_dir: Path) -> DomainData:
     out.entities += country_entities(manifest)
     out.entities += currency_entities(manifest)
     for filename in ("country_aliases.yaml", "currency_aliases.yaml", "withdrawn_currencies.yaml", "regulations.yaml",
-                     "identifier_types.yaml"):
+                     "identifier_types.yaml", "issuers.yaml"):
         entities, facts = load_generic(folder / filename, manifest)
         out.entities += entities
         out.facts += facts
@@ -51,6 +51,7 @@ def build(data_dir: Path) -> DomainData:
     out.entities += list_entities
     out.facts += list_facts
     _check_references(out, folder)
+    _check_identifiers(out, folder)
     return out
 
 
@@ -139,3 +140,17 @@ def _check_references(out: DomainData, folder: Path) -> None:
         for entity_id in (fact.subject, fact.object):
             if entity_id is not None and entity_id not in known:
                 raise CuratedDataError(f"{folder}: fact {fact.subject} -{fact.relation}-> names unknown entity {entity_id}")
+
+
+def _check_identifiers(out: DomainData, folder: Path) -> None:
+    """Every registered issuer identifier passes its check-digit test (a typo in the register fails the load)."""
+    from stdnum import isin, lei
+    from stdnum.us import rtn
+
+    validators = {"isin": isin, "lei": lei, "aba_rtn": rtn}
+    for fact in out.facts:
+        if fact.relation != "has_identifier":
+            continue
+        kind = str(fact.qualifiers.get("type"))
+        if kind not in validators or not validators[kind].is_valid(str(fact.value)):
+            raise CuratedDataError(f"{folder}: {fact.subject} has_identifier {fact.value!r}: not a valid {kind}")

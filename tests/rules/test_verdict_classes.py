@@ -300,3 +300,42 @@ def test_the_main_label_of_a_drug_is_the_same_in_every_process() -> None:
                                env={**__import__("os").environ, "PYTHONHASHSEED": str(seed)}).stdout.strip()
                 for seed in (1, 2, 3)}
     assert verdicts == {"supported"}
+
+
+# -- identifiers credited to an issuer: the curated issuer register ------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        # registered to the issuer named (CUSIP and SEDOL derived from the registered ISIN)
+        ("For reference, Pfizer Inc.'s CUSIP is 717081103.", "supported"),
+        ("Here is the one you asked for. The ISIN of Allianz SE is DE0008404005.", "supported"),
+        ("- Morgan Stanley: IGJSJL3JD5P30I6NJZ34", "supported"),
+        ("AstraZeneca's SEDOL is 0989529 on the London market.", "supported"),
+        # registered to another issuer
+        ("The ISIN for Novartis AG is CH0038863350.", "contradicted"),
+        ("Bank of America's LEI is 784F5XWPLTWKTBV3E584.", "contradicted"),
+        ("| Walmart | US4781601046 |", "contradicted"),
+        # another share class of the same issuer
+        ("Berkshire Hathaway Class A shares carry ISIN US0846707026.", "contradicted"),
+        # a legal entity has one LEI
+        ("Citigroup Inc.'s LEI is 529900T8BM49AURSDO55.", "contradicted"),
+        # an issuer the register does not hold, or a name it cannot place
+        ("Fabrikam Holdings' ISIN is US0378331005.", "unverifiable"),
+        ("Tesla's 2030 bond ISIN is US88160RAK77.", "unverifiable"),
+    ],
+)
+def test_identifier_credited_to_an_issuer(text: str, verdict: str) -> None:
+    verdicts = verdicts_of(text, "finance", "identifier")
+    assert verdict in verdicts and (verdict != "supported" or verdicts == {"supported"})
+
+
+def test_its_identifier_takes_the_issuer_named_before() -> None:
+    text = "Cisco Systems, Inc. is listed on Nasdaq. Its ISIN is US17275R1023, and its LEI is not given here."
+    assert verdicts_of(text, "finance", "identifier") == {"supported"}
+    text = "Intel is a chipmaker. Its CUSIP is 007903107."
+    assert verdicts_of(text, "finance", "identifier") == {"contradicted"}
+
+
+def test_a_bank_and_its_parent_are_not_told_apart() -> None:
+    # 021000021 belongs to JPMorgan Chase Bank, N.A.; crediting it to the holding company is not judged
+    assert verdicts_of("JPMorgan Chase & Co.'s routing number is 021000021.", "finance", "identifier") == {"unverifiable"}

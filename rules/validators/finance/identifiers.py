@@ -4,7 +4,8 @@ BIC, ABA routing numbers), and what the text says about identifier formats.
 Validity comes from python-stdnum and schwifty (check digits, structure, bank registries). A valid check
 digit says nothing about who issued the identifier: when the text attributes a valid identifier to an
 issuer ("Microsoft's ISIN is US0378331005", "Barclays PLC: 213800LBQA1Y9L22JB70", "Its CUSIP is ..."), the
-verdict is unverifiable with the reason "no offline register of issuers"; only a statement about validity
+curated issuer register judges it (`finance/issuers.py`); where the register cannot, the verdict is
+unverifiable with the reason "no offline source holds the issuer"; only a statement about validity
 itself ("passes the ABA checksum", "is a valid IBAN") is supported by a check digit. A BIC whose bank the
 schwifty registry names is checked against the bank the text names.
 
@@ -31,6 +32,7 @@ from stdnum.us import rtn
 from rules.claims import Document, Sentence
 from rules.report import Evidence, Resolution, Verdict
 from rules.validators.base import CitationCheck, Finding, kg_evidence, package_source, validator
+from rules.validators.finance.issuers import issuer_in_clause, judge_issuer
 
 # -- identifiers ---------------------------------------------------------------------------------------
 _STDNUM_MODULES: dict[str, ModuleType] = {"isin": isin, "lei": lei, "cusip": cusip, "figi": figi, "sedol": sedol,
@@ -78,11 +80,12 @@ def identifiers(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
                 continue
             finding = _check_schwifty(raw, kind) if kind in _SCHWIFTY_PARSERS else _check_stdnum(raw, kind)
             finding.span = (start, end)
-            issuer = _attributed_issuer(doc, sentence, start, end) if finding.verdict == "supported" else None
+            issuer = (_attributed_issuer(doc, sentence, start, end) or issuer_in_clause(doc, start)
+                      if finding.verdict == "supported" else None)
             if issuer is not None and kind == "bic":
                 finding = _bic_bank(finding, raw, issuer)
             elif issuer is not None:
-                finding = _issuer_unverifiable(finding, issuer)
+                finding = judge_issuer(doc, finding, raw, kind, issuer, start) or _issuer_unverifiable(finding, issuer)
             findings.append(finding)
         findings.extend(_isin_cusip_mismatch(doc, [f for f in findings if sentence.start <= f.span[0] < sentence.end]))
     return findings
@@ -270,7 +273,7 @@ def _attributed_issuer(doc: Document, sentence: Sentence, start: int, end: int) 
     clause = doc.clause_of(start)
     before = doc.text[clause[0]:start]
     after = doc.text[end:clause[1]]
-    possessive = re.search(r"(?:\b(?:its|their)\b|(?P<name>[\w&.'’ -]{2,60}?)['’]s)\s+(?:[\w-]+\s+){0,4}?"
+    possessive = re.search(r"(?:\b(?:[Ii]ts|[Tt]heir)\b|(?P<name>[\w&.'’ -]{2,60}?)['’]s)\s+(?:[\w-]+\s+){0,4}?"
                            r"(?:ISIN|LEI|CUSIP|SEDOL|FIGI|routing number|code|identifier|ticker)?[^.;]{0,25}$", before)
     if possessive:
         name = possessive.group("name")

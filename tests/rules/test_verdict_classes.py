@@ -339,3 +339,22 @@ def test_its_identifier_takes_the_issuer_named_before() -> None:
 def test_a_bank_and_its_parent_are_not_told_apart() -> None:
     # 021000021 belongs to JPMorgan Chase Bank, N.A.; crediting it to the holding company is not judged
     assert verdicts_of("JPMorgan Chase & Co.'s routing number is 021000021.", "finance", "identifier") == {"unverifiable"}
+
+
+# -- the EU AML directive's thresholds described in words (not the AMLR cash cap) ----------------------------
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("Under EU anti-money laundering rules, traders in goods become obliged entities once they receive cash of "
+         "€10,000 or more.", "supported"),
+        ("In the EU, dealers in goods are covered by the AML directive for cash above €10,000.", "contradicted"),
+        ("Under the EU AML directive, occasional transactions need customer due diligence from €15,000.", "supported"),
+        ("Banks in the EU must run due diligence on occasional transactions of more than fifteen thousand euros.",
+         "contradicted"),
+        ("EU banks must run due diligence on occasional transactions of €15,000 or more.", "supported"),
+        # a cap stays the AMLR's
+        ("Once the AMLR applies, EU traders in goods cannot accept cash above €10,000.", "supported"),
+    ],
+)
+def test_the_eu_aml_directive_described(text: str, verdict: str) -> None:
+    assert verdicts_of(text, "finance", "threshold") == {verdict}

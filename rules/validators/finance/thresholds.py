@@ -72,6 +72,15 @@ _CARRY_ACROSS = re.compile(r"\b(?:carry\w*|bring\w*|brought|transport\w*|tak(?:e
                            re.I)
 _TRADERS_CASH = re.compile(r"\b(?:traders?|dealers?|sellers?|merchants?|shops?)\b[^.;]{0,40}\b(?:accept|take|receiv)\w*"
                            r"[^.;]{0,25}\bcash\b|\bcash payments?\b[^.;]{0,40}\b(?:goods|services)\b", re.I)
+# The AML directive, not the AMLR cap: traders in goods *become obliged entities* (are covered, must apply due
+# diligence) at a cash amount; "occasional transactions" are the directive's due-diligence trigger. A cap
+# ("cannot accept", "limit", "ban") stays the AMLR's.
+_TRADERS_IN_GOODS = re.compile(r"\b(?:traders?|persons? trading|dealers?) in goods\b", re.I)
+_OBLIGED = re.compile(r"\b(?:obliged entit\w+|covered|AML (?:directive|framework|rules)|anti-money laundering (?:directive|rules)|"
+                      r"AMLD\d?|directive|due diligence|become subject)\b", re.I)
+_CAP = re.compile(r"\b(?:cap|caps|capped|limit\w*|bans?|banned|prohibit\w*|cannot|can't|may not|must not|no longer|AMLR|"
+                  r"regulation \(EU\) 2024/1624)\b", re.I)
+_OCCASIONAL = re.compile(r"\boccasional transactions?\b", re.I)
 
 
 def _described(doc: Document, clause: tuple[int, int]) -> tuple[str, ...]:
@@ -79,8 +88,11 @@ def _described(doc: Document, clause: tuple[int, int]) -> tuple[str, ...]:
     assert doc.kg is not None
     text = doc.text[clause[0]:clause[1]]
     eu = bool(_EU.search(text))
+    eu_answer = eu or bool(_EU.search(doc.text) or (doc.prompt and _EU.search(doc.prompt)))
     alias = None
-    if _CARRY_ACROSS.search(text):
+    if eu_answer and not _CAP.search(text) and (_OCCASIONAL.search(text) or _TRADERS_IN_GOODS.search(text) and _OBLIGED.search(text)):
+        alias = "occasional transaction CDD threshold" if _OCCASIONAL.search(text) else "traders in goods cash threshold"
+    elif _CARRY_ACROSS.search(text):
         alias = "EU cash declaration" if eu else ("CMIR" if re.search(r"\b(?:US\b|U\.S\.|United States\b|America\b)", text)
                                                   else None)
     elif eu and _TRADERS_CASH.search(text):

@@ -153,7 +153,10 @@ def _regulation_for(doc: Document, seg: Segment, position: int) -> _Regulation |
     described = _described(doc, clause)
     if described:
         return _Regulation(described, doc.text[clause[0]:clause[1]].strip(), clause[0])
-    found = doc.antecedent(position, ["regulation"])
+    # only a regulation that sets thresholds can be what an amount is about ("structuring is a crime under ...,
+    # which creates currency transaction reporting. Banks file those reports for cash over $10,000")
+    found = doc.antecedent(position, ["regulation"], accept=lambda m: any(
+        doc.kg.facts(i, "threshold") for i in m.entity_ids if doc.kg is not None))
     if found is not None:
         return _Regulation(found.entity_ids, found.text, found.start if not found.in_prompt else -1)
     # a family named earlier, and an institution now ("Casinos use $5,000 as well")

@@ -358,3 +358,24 @@ def test_a_bank_and_its_parent_are_not_told_apart() -> None:
 )
 def test_the_eu_aml_directive_described(text: str, verdict: str) -> None:
     assert verdicts_of(text, "finance", "threshold") == {verdict}
+
+
+# -- aggregation rules stated in words -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("A bank treats several cash withdrawals by one customer on a single business day as one transaction for "
+         "currency transaction reporting.", "supported"),
+        ("Cash deposits made on the same business day by the same person are aggregated.", "supported"),
+        ("Each cash deposit is looked at separately, even if you make several on one business day.", "contradicted"),
+        ("For the FBAR, the balances of all your foreign accounts are added together.", "supported"),
+        ("The FBAR test applies to each foreign account individually.", "contradicted"),
+        ("The FBAR is about your foreign accounts in total, not each one on its own.", "supported"),
+    ],
+)
+def test_aggregation_stated_in_words(text: str, verdict: str) -> None:
+    assert verdicts_of(text, "finance", "threshold") == {verdict}
+
+
+def test_no_aggregation_claim_without_a_rule() -> None:
+    assert verdicts_of("We combined the two spreadsheets into one before the audit.", "finance", "threshold") == set()

@@ -21,7 +21,7 @@ from rules.claims import Document
 from rules.validators.base import Finding, kg_evidence, validator
 
 _TOGETHER = re.compile(r"\b(?:added together|add(?:s|ed)? (?:them )?up|aggregat\w*|combined|in total|together|totall?(?:ed|ing)|"
-                       r"summed|count(?:s|ed)? as (?:one|a single)|treated as (?:one|a single)|linked transactions|"
+                       r"summed|count(?:s|ed)? as (?:one|a single)|treat(?:s|ed)?\b[^.;]{0,80}\bas (?:one|a single)|linked transactions|"
                        r"related transactions)\b", re.I)
 _APART = re.compile(r"\b(?:separately|individually|on (?:its|their) own|one at a time|per account|in isolation)\b", re.I)
 _NEGATION = re.compile(r"\b(?:not|never|no|n't|rather than|instead of)\W+(?:\w+\W+){0,3}$", re.I)

@@ -379,3 +379,22 @@ def test_aggregation_stated_in_words(text: str, verdict: str) -> None:
 
 def test_no_aggregation_claim_without_a_rule() -> None:
     assert verdicts_of("We combined the two spreadsheets into one before the audit.", "finance", "threshold") == set()
+
+
+# -- the statute a conduct is a crime under --------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("Breaking deposits into smaller amounts is called structuring, and it is illegal under 31 U.S.C. 5324.",
+         "supported"),
+        ("Structuring is a federal offense under 31 U.S.C. § 5316.", "contradicted"),
+        ("Splitting cash to dodge a report is structuring. That conduct is a crime under 31 USC 5313.", "contradicted"),
+    ],
+)
+def test_the_statute_a_conduct_is_a_crime_under(text: str, verdict: str) -> None:
+    assert verdicts_of(text, "finance", "regulation") == {verdict}
+
+
+def test_a_statute_carries_the_threshold_of_its_regulation() -> None:
+    text = "31 U.S.C. 5313 requires reports for cash transactions of more than $10,000."
+    assert verdicts_of(text, "finance", "threshold") == {"supported"}

@@ -149,7 +149,7 @@ def _regulation_for(doc: Document, seg: Segment, position: int) -> _Regulation |
     named = [m for m in doc.mentions(["regulation"]) if any(s <= m.start < e for s, e in scopes)]
     if named:
         nearest = min(named, key=lambda m: abs(m.start - position))
-        return _Regulation(nearest.entity_ids, nearest.text, nearest.start)
+        return _Regulation(_implementing(doc, nearest.entity_ids), nearest.text, nearest.start)
     described = _described(doc, clause)
     if described:
         return _Regulation(described, doc.text[clause[0]:clause[1]].strip(), clause[0])
@@ -167,6 +167,16 @@ def _regulation_for(doc: Document, seg: Segment, position: int) -> _Regulation |
         if ids:
             return _Regulation(ids, family.upper(), -1)
     return None
+
+
+def _implementing(doc: Document, ids: tuple[str, ...]) -> tuple[str, ...]:
+    """A statute's thresholds are set by the regulation implementing it ("31 U.S.C. 5313" -> 31 CFR 1010.311)."""
+    assert doc.kg is not None
+    out = list(ids)
+    for rid in ids:
+        entity = doc.kg.entity(rid)
+        out += [i for i in (entity.attributes.get("implemented_by") or [] if entity else []) if i not in out]
+    return tuple(out)
 
 
 def _family_member(doc: Document, family: str, institution: str | None) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from typing import Any
 from knowledge_graphs.curated import (
     CuratedDataError,
     Manifest,
+    iso_date,
     load_generic,
     load_manifest,
     provenance_of,
@@ -141,9 +142,14 @@ def case_data(path: Path, manifest: Manifest, reporters: set[str], courts: set[s
             raise CuratedDataError(f"{where}: duplicate case id {case_id}; give one of them a 'slug'")
         seen.add(case_id)
         short_names = [str(n) for n in rec.get("short_names") or []]     # curated: match only when capitalised
+        extra: dict[str, Any] = {"short_names": short_names} if short_names else {}
+        if rec.get("decided"):
+            decided = iso_date(rec["decided"], where=where)
+            if int(decided[:4]) != int(rec["year"]):
+                raise CuratedDataError(f"{where}: decided {decided} is not in year {rec['year']}")
+            extra["decided"] = decided
         entity, case_facts = case_record(case_id, rec["name"], list(rec.get("aliases") or []) + short_names,
-                                         rec["citation"], int(rec["year"]), rec["court"], provenance,
-                                         {"short_names": short_names} if short_names else None)
+                                         rec["citation"], int(rec["year"]), rec["court"], provenance, extra or None)
         entities.append(entity)
         facts += case_facts
     _add_short_names(entities)

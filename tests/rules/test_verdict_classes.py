@@ -398,3 +398,23 @@ def test_the_statute_a_conduct_is_a_crime_under(text: str, verdict: str) -> None
 def test_a_statute_carries_the_threshold_of_its_regulation() -> None:
     text = "31 U.S.C. 5313 requires reports for cash transactions of more than $10,000."
     assert verdicts_of(text, "finance", "threshold") == {"supported"}
+
+
+# -- decision dates: month and day against the curated decision date; a date that is the whole answer ---------
+@pytest.mark.parametrize(
+    ("text", "prompt", "verdict"),
+    [
+        ("Roe v. Wade was decided on January 22, 1973.", None, "supported"),
+        ("Miranda v. Arizona came down in July 1966.", None, "contradicted"),
+        ("Kelo v. City of New London was handed down in June 2005.", None, "supported"),
+        ("1954-05-17. Brown v. Board of Education, 347 U.S. 483.", None, "supported"),
+        ("May 18, 1954. Brown v. Board of Education ended school segregation.", None, "contradicted"),
+        ("March 18, 1963.", "what day was gideon v. wainwright decided", "supported"),
+    ],
+)
+def test_decision_dates(text: str, prompt: str | None, verdict: str) -> None:
+    assert verdicts_of(text, "legal", "case_year", prompt) == {verdict}
+
+
+def test_a_bare_date_with_no_case_makes_no_claim() -> None:
+    assert verdicts_of("June 26, 2015. It was a warm day.", "legal", "case_year") == set()

@@ -6,8 +6,10 @@ decided in 1896", "Mapp v. Ohio in 1961", "Dobbs was 2022, Bruen 2021", "Apprend
 else in its row or label ("| Mapp v. Ohio | 367 U.S. 643 | 1961 |", "Year: 1929"), else, when the clause
 says something was decided ("It was decided in 1963", "It dates from 1928"), with the nearest case before
 (coreference). A date inside a citation's own parenthetical is the citation validator's. A claim is judged
-to the precision it states: a year against the curated year; a month or day, whose curated value the KG
-does not hold, is contradicted when the year is wrong and otherwise unverifiable. "between 1960 and 1965"
+to the precision it states: a year against the curated year; a month or day against the curated decision
+date (`decided`) where the KG holds one, else contradicted when the year is wrong and otherwise unverifiable.
+A date that is a whole sentence ("June 26, 2015.") answers the question: it is paired with the case the
+question names, else with the subject of the next sentence. "between 1960 and 1965"
 said of several cases holds when every one of them was decided in that range.
 
 Courts: "was decided by the New York Court of Appeals", "was (not) a U.S. Supreme Court case", "was heard
@@ -92,9 +94,12 @@ def _judge_date(doc: Document, seg: Segment, date: DateMention, span: tuple[int,
         case = doc.antecedent(span[0], ["case"])
     if case is None and _DECIDED.search(before):
         case = doc.antecedent(span[0], ["case"], accept=lambda m: not m.in_prompt or True)
+    bare = case is None and _bare_answer(doc, clause, span)
+    if bare:
+        case = _case_asked_or_next(doc, span[1])
     if case is None:
         return None
-    if case.start > span[0] and not case.in_prompt:
+    if case.start > span[0] and not case.in_prompt and not bare:
         return None
     entity = _entity(doc, case)
     if entity is None or not entity.attributes.get("year"):
@@ -105,6 +110,8 @@ def _judge_date(doc: Document, seg: Segment, date: DateMention, span: tuple[int,
     gap = doc.text[case.end:span[0]]
     claim_start = case.start if (not case.in_prompt and case.start >= clause[0] and len(gap) <= 40
                                  and not re.search(r"\d", gap)) else _cue_start(doc, clause, span[0])
+    if bare:
+        claim_start = span[0]
     claim_span = (claim_start, span[1] + (1 if doc.text[span[1]:span[1] + 1] == ")" else 0))
     text = doc.text[claim_span[0]:claim_span[1]]
     evidence = [kg_evidence(f"{entity.name} was decided in {year}", entity.provenance)]
@@ -113,9 +120,37 @@ def _judge_date(doc: Document, seg: Segment, date: DateMention, span: tuple[int,
         return [Finding(text, claim_span, "case_year", verdict, 0.9, evidence, subject=entity.id)]
     if date.year != year:
         return [Finding(text, claim_span, "case_year", "contradicted", 0.9, evidence, subject=entity.id)]
+    decided = str(entity.attributes.get("decided") or "")
+    if decided:
+        # the curated decision date: the month (and day) the text states must be it
+        y, m, d = (int(x) for x in decided.split("-"))
+        evidence = [kg_evidence(f"{entity.name} was decided on {decided}", entity.provenance)]
+        return [Finding(text, claim_span, "case_year", "supported" if date.matches(y, m, d) else "contradicted", 0.9,
+                        evidence, subject=entity.id)]
     return [Finding(text, claim_span, "case_year", "unverifiable", 0.6, [*evidence, Evidence(
         kind="kg_fact", description=f"the year agrees; the KG holds decision years, not the {date.precision} "
         f"({date.describe()})")], subject=entity.id)]
+
+
+def _bare_answer(doc: Document, clause: tuple[int, int], span: tuple[int, int]) -> bool:
+    """A date that is the whole of its sentence ("June 26, 2015.", "2022-06-24. Dobbs v. ...") answers the
+    question's "when"."""
+    after = doc.text[span[1]:clause[1]]
+    if re.match(r"^\.\s+[A-Z]", after):
+        after = ""      # "2022-06-24. Dobbs v. ...": the sentence ends at the date, whatever the splitter made of it
+    rest = doc.text[clause[0]:span[0]] + after
+    return not re.sub(r"\b(?:on|it was|decided|in)\b", "", rest, flags=re.I).strip(" .,:;-–—*")
+
+
+def _case_asked_or_next(doc: Document, end: int) -> Mention | None:
+    """The case the question names, else the subject of the next sentence (a case within its first words)."""
+    asked = doc.prompt_mentions(["case"])
+    if asked:
+        return asked[-1]
+    following = next((m for m in _cases(doc) if m.start >= end), None)
+    if following is not None and len(doc.text[end:following.start].split()) <= 3:
+        return following
+    return None
 
 
 def _cue_start(doc: Document, clause: tuple[int, int], position: int) -> int:

@@ -418,3 +418,29 @@ def test_decision_dates(text: str, prompt: str | None, verdict: str) -> None:
 
 def test_a_bare_date_with_no_case_makes_no_claim() -> None:
     assert verdicts_of("June 26, 2015. It was a warm day.", "legal", "case_year") == set()
+
+
+# -- what a provision is said to cover: the clause's own description, one alias's words, one of two references --
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        # a framing label before the colon is not the description
+        ("They differ in who may use them: 28 U.S.C. § 2255 is a motion by federal prisoners to correct a sentence.",
+         "supported"),
+        ("Sure: the teller's branch files a Currency Transaction Report under 31 U.S.C. § 5313.", "supported"),
+        # described in the words of one alias or subject-matter line, however long the others are
+        ("Federal-question jurisdiction comes from 28 U.S.C. § 1331.", "supported"),
+        # the second of two references takes the words after the first
+        ("Access is Article 15 and the right to rectification is Article 16.", "supported"),
+        ("Erasure is Article 17 and the right to object is Article 22.", "contradicted"),
+    ],
+)
+def test_what_a_provision_is_said_to_cover(text: str, verdict: str) -> None:
+    prompt = "GDPR articles" if "Article" in text else None
+    verdicts = {v for v, t in claims_of(text, "legal", "statute", prompt) if "Article 17" not in t}
+    assert verdict in verdicts and (verdict == "contradicted" or "contradicted" not in verdicts)
+
+
+def test_a_descriptive_label_still_describes() -> None:
+    assert verdicts_of("- Right to data portability: Art. 20", "legal", "statute", "gdpr rights") == {"supported"}
+    assert verdicts_of("- Right to erasure: Art. 20", "legal", "statute", "gdpr rights") == {"contradicted"}

@@ -186,30 +186,36 @@ def _attached(doc: Document, seg: Segment, ref: _Ref) -> tuple[str, tuple[int, i
         others = [c for c in seg.cells if c is not own and not re.search(r"\d{3}", c.text)]
         if others:
             return others[0].text, (others[0].start, others[0].end)
-    if seg.label is not None:
+    if seg.label is not None and not _TRIVIAL_LABEL.match(doc.text[seg.label[0]:seg.label[1]]):
         if seg.label[0] <= ref.start < seg.label[1] + 2:
             start = seg.label[1] + 1
             while start < seg.end and doc.text[start] in " :":
                 start += 1
             return doc.text[start:seg.end], (start, seg.end)
+        own = _after_verb(doc, ref, doc.clause_of(ref.start)) if ref.start >= seg.label[1] else None
+        if own is not None:
+            return own      # "Both differ: § 2254 is for people in state custody": the clause's own description
         if ref.start >= seg.label[1]:
             return doc.text[seg.label[0]:seg.label[1]], seg.label
     clause = doc.clause_of(ref.start)
     after = doc.text[ref.end:clause[1]]
     before = doc.text[clause[0]:ref.start]
-    verb = _AFTER_VERB.match(after)
-    if verb and verb.group(0).strip(" ,"):
-        start = ref.end + verb.end()
-        text = doc.text[start:clause[1]]
-        cut = re.search(r"[;.]|\bwhich allows\b|,\s+(?:and|while|but)\s", text)
-        text = text[:cut.start()] if cut else text
-        if _content(text):
-            return text, (start, start + len(text))
+    own = _after_verb(doc, ref, clause)
+    if own is not None:
+        return own
     found = _BEFORE_VERB.search(before)
     if found and _content(found.group("desc")):
         desc = found.group("desc")
         start = clause[0] + found.start("desc")
-        return desc, (start, start + len(desc))
+        # "data portability is Article 20 and the right to object is Article 21": the description of the
+        # second reference starts after the first one's
+        if re.search(r"\d|§", desc):
+            joints = list(re.finditer(r"(?:[,;]|\band\b|\bwhile\b|\bwhereas\b|\bbut\b)\s*", desc))
+            if joints:
+                start += joints[-1].end()
+                desc = desc[joints[-1].end():]
+        if _content(desc):
+            return desc, (start, start + len(desc))
     possessive = _POSSESSIVE_AFTER.match(after)
     if possessive and _content(possessive.group("desc")):
         start = ref.end + possessive.start("desc")
@@ -222,6 +228,22 @@ def _attached(doc: Document, seg: Segment, ref: _Ref) -> tuple[str, tuple[int, i
             start = clause[0] + phrase.start("desc")
             return phrase.group("desc"), (start, start + len(phrase.group("desc")))
     return None
+
+
+# a colon after these frames the answer ("Yes: ...", "Short answer: ..."); it describes no provision
+_TRIVIAL_LABEL = re.compile(r"^\W*(?:yes|no|sure|short answer|answer|note|in short)(?:\W+\w+ly)?\W*$", re.I)
+
+
+def _after_verb(doc: Document, ref: _Ref, clause: tuple[int, int]) -> tuple[str, tuple[int, int]] | None:
+    """"§ 2254 is for people in custody ...", "Rule 56 governs summary judgment": the description after the verb."""
+    verb = _AFTER_VERB.match(doc.text[ref.end:clause[1]])
+    if not (verb and verb.group(0).strip(" ,")):
+        return None
+    start = ref.end + verb.end()
+    text = doc.text[start:clause[1]]
+    cut = re.search(r"[;.]|\bwhich allows\b|,\s+(?:and|while|but)\s", text)
+    text = text[:cut.start()] if cut else text
+    return (text, (start, start + len(text))) if _content(text) else None
 
 
 _NOT_SUBJECTS = frozenset("""arise arises arose apply applies applied available proper brought sued filed granted denied
@@ -261,6 +283,25 @@ def _provision_texts(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> dict[st
         parts += [str(f.value) for f in kg.facts(entity.id, "subject_matter")]
         out[entity.id] = _content(" ".join(parts))
     return out
+
+
+@lru_cache(maxsize=8)
+def _provision_parts(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> dict[str, tuple[frozenset[str], ...]]:
+    """Entity id -> content words of each of its texts apart (heading, each alias, each subject matter)."""
+    out: dict[str, tuple[frozenset[str], ...]] = {}
+    for entity in [*kg.entities("statute"), *kg.entities("gdpr_article")]:
+        parts = [str(entity.attributes.get("title", ""))]
+        parts += [a for a in entity.aliases if not re.search(r"\d", a)]
+        parts += [str(f.value) for f in kg.facts(entity.id, "subject_matter")]
+        out[entity.id] = tuple(p for p in (_content(part) for part in parts) if p)
+    return out
+
+
+def _fit(words: frozenset[str], union: frozenset[str], parts: tuple[frozenset[str], ...]) -> tuple[float, float]:
+    """(F1 with the closest of the provision's texts, coverage of the description by all of them): a provision
+    described in the words of one alias or subject-matter line fits it, however long its other texts are."""
+    f1 = max((_score(words, part)[0] for part in parts), default=0.0)
+    return f1, _score(words, union)[1]
 
 
 def _score(words: frozenset[str], text: frozenset[str]) -> tuple[float, float]:
@@ -411,11 +452,13 @@ def _subject_claim(doc: Document, ref: _Ref, attached: tuple[str, tuple[int, int
     description, desc_span = attached
     words = _content(description) - _content(ref.entity.name)
     texts = _provision_texts(id(doc.kg), doc.kg.version, doc.kg)
-    claimed = _score(words, texts.get(ref.entity.id, frozenset()))
+    parts = _provision_parts(id(doc.kg), doc.kg.version, doc.kg)
+    claimed = _fit(words, texts.get(ref.entity.id, frozenset()), parts.get(ref.entity.id, ()))
     # the provision sharing the most of the description's words, then the closest fit (F1): a short heading that
     # shares one word ("decisions") does not outrank one that shares two ("arbitrary", "capricious")
     ranked = sorted(((len(words & t), _score(words, t), i) for i, t in texts.items() if i != ref.entity.id), reverse=True)
     _, best_score, best_id = ranked[0] if ranked else (0, (0.0, 0.0), "")
+    best_score = _fit(words, texts[best_id], parts.get(best_id, ())) if best_id else best_score
     span = (min(ref.start, desc_span[0]), max(ref.end, desc_span[1]))
     while span[1] > span[0] and doc.text[span[1] - 1] in " .,;:":
         span = (span[0], span[1] - 1)

@@ -444,3 +444,24 @@ def test_what_a_provision_is_said_to_cover(text: str, verdict: str) -> None:
 def test_a_descriptive_label_still_describes() -> None:
     assert verdicts_of("- Right to data portability: Art. 20", "legal", "statute", "gdpr rights") == {"supported"}
     assert verdicts_of("- Right to erasure: Art. 20", "legal", "statute", "gdpr rights") == {"contradicted"}
+
+
+# -- the court of a known case: a citation's parenthetical, "a judge in the <district>" ------------------------
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("Judge Hand's opinion is United States v. Carroll Towing Co., 159 F.2d 169 (2d Cir. 1947).", "supported"),
+        ("See United States v. Carroll Towing Co., 159 F.2d 169 (7th Cir. 1947).", "contradicted"),
+        ("Mata v. Avianca, Inc. is the ChatGPT case. A district judge in the Southern District of New York fined the "
+         "lawyers.", "supported"),
+        ("Mata v. Avianca, Inc. is the ChatGPT case. A federal judge in the Northern District of California fined the "
+         "lawyers.", "contradicted"),
+    ],
+)
+def test_the_court_of_a_known_case(text: str, verdict: str) -> None:
+    assert verdicts_of(text, "legal", "case_court") == {verdict}
+
+
+def test_a_district_courts_db_spells_without_its_final_dot_exists() -> None:
+    assert verdicts_of("The case was filed in the Eastern District of New York.", "legal", "court_name") == set()
+    assert verdicts_of("The case was filed in the Central District of New York.", "legal", "court_name") == {"contradicted"}

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
-from knowledge_graphs.model import Entity
+from knowledge_graphs.model import Entity, KnowledgeGraph
 from rules.claims import Document, Segment
 from rules.extraction.dates import DateMention, find_dates
 from rules.mentions import Mention
@@ -41,7 +42,10 @@ _COURT_CLAIM = re.compile(
     r"\b(?P<neg>not\s+)?(?:(?:a|an)\s+)?(?:decision|case|opinion|ruling)\s+of\s+(?P<a>[^,.;]+)|"
     r"\b(?:decided|heard|issued|handed down|filed)\s+(?:by|in)\s+(?P<b>(?:the\s+)?(?:U\.S\.\s+)?[A-Z][^,.;(]+)|"
     r"\bwas\s+(?P<neg2>not\s+)?(?:a|an)\s+(?P<c>(?:U\.S\.\s+|United States\s+)?Supreme Court)\s+(?:case|decision)|"
-    r"^\s*Court:\s*(?P<d>[^\n]+)", re.I)
+    r"^\s*Court:\s*(?P<d>[^\n]+)|"
+    r"\b(?:a|the)\s+(?:federal\s+|district\s+|trial\s+)?(?:judge|court)\s+(?:in|of|for)\s+"
+    r"the\s+(?P<e>(?-i:(?:[A-Z][\w.]*\s+)+of\s+[A-Z][\w.]*(?:\s+[A-Z][\w.]*)?))",
+    re.I)
 
 
 @validator("legal.case_facts")
@@ -60,7 +64,37 @@ def case_facts(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
             if finding is not None:
                 findings.extend(finding)
         findings += _court_claims(doc, seg)
+    findings += _citation_courts(doc)
     return findings
+
+
+def _citation_courts(doc: Document) -> list[Finding]:
+    """"United States v. Carroll Towing Co., 159 F.2d 169 (2d Cir. 1947)": the court of a citation's parenthetical
+    against the curated court of the case the citation is (matched by volume, reporter and page)."""
+    assert doc.kg is not None
+    out: list[Finding] = []
+    for citation in case_citations(doc):
+        if not citation.court_text:
+            continue
+        entity = _cases_by_citation(id(doc.kg), doc.kg.version, doc.kg).get(
+            (citation.volume, citation.reporter.replace(" ", ""), citation.page))
+        courts = resolve_court_text(citation.court_text)
+        if entity is None or not courts or not entity.attributes.get("court"):
+            continue
+        at = doc.text.find(citation.court_text, citation.start, citation.end)
+        if at < 0:
+            continue
+        actual = str(entity.attributes["court"])
+        out.append(Finding(citation.court_text, (at, at + len(citation.court_text)), "case_court",
+                           "supported" if actual in courts else "contradicted", 0.85,
+                           [kg_evidence(f"{entity.name} was decided by {actual}", entity.provenance)], subject=entity.id))
+    return out
+
+
+@lru_cache(maxsize=4)
+def _cases_by_citation(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> dict[tuple[str, str, str], Entity]:
+    return {(str(e.attributes.get("volume")), str(e.attributes.get("reporter", "")).replace(" ", ""), str(e.attributes.get("page"))): e
+            for e in kg.entities("case")}
 
 
 def _cases(doc: Document) -> list[Mention]:
@@ -190,7 +224,8 @@ def _court_claims(doc: Document, seg: Segment) -> list[Finding]:
     for clause in doc.clauses(seg):
         text = doc.text[clause[0]:clause[1]]
         for match in _COURT_CLAIM.finditer(text):
-            named = next(g for g in (match.group("a"), match.group("b"), match.group("c"), match.group("d")) if g)
+            named = next(g for g in (match.group("a"), match.group("b"), match.group("c"), match.group("d"),
+                                     match.group("e")) if g)
             courts = resolve_court_text(named)
             if not courts:
                 continue

@@ -56,6 +56,8 @@ def _districts_by_state() -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for court in courts_db.load_courts_db():
         cite = str(court.get("citation_string") or "")
+        if re.search(r"\.[A-Z]$", cite):
+            cite += "."         # courts-db writes "E.D.N.Y" beside "S.D.N.Y.": the Eastern District must not go missing
         found = re.fullmatch(r"(?:([NSEWMC])\.\s?)?D\.\s?(.+)", cite)
         # courts-db's `type` is not reliable for district courts ("E.D. Pa." is typed appellate): federal + the form
         if found and court.get("system") == "federal" and "bankr" not in cite.casefold():

@@ -465,3 +465,29 @@ def test_the_court_of_a_known_case(text: str, verdict: str) -> None:
 def test_a_district_courts_db_spells_without_its_final_dot_exists() -> None:
     assert verdicts_of("The case was filed in the Eastern District of New York.", "legal", "court_name") == set()
     assert verdicts_of("The case was filed in the Central District of New York.", "legal", "court_name") == {"contradicted"}
+
+
+# -- a provision's numbers stated after its clause or in the next sentence --------------------------------------
+@pytest.mark.parametrize(
+    ("text", "prompt", "verdict"),
+    [
+        ("Under Fed. R. Civ. P. 65(b)(2), an ex parte TRO expires when the court says, which cannot be more than "
+         "twenty-eight days.", None, "contradicted"),
+        ("Fed. R. Civ. P. 11(c)(2) has a safe harbor. The motion is served but not filed until the other side has had "
+         "21 days to withdraw or correct the paper.", None, "supported"),
+        ("Article 8 sets the default age of consent at 16. Member States may set a lower age, but not below 14.",
+         "gdpr children", "contradicted"),
+        ("Article 12(3) gives one month to answer. That period can be extended by three further months.",
+         "gdpr access request", "contradicted"),
+    ],
+)
+def test_values_stated_away_from_the_reference(text: str, prompt: str | None, verdict: str) -> None:
+    assert verdict in verdicts_of(text, "legal", "statute_value", prompt)
+
+
+def test_values_of_another_reference_or_a_range_end_are_not_taken() -> None:
+    text = "The 2% figure is the lower tier under Article 83(4); the upper tier in Article 83(5) goes to EUR 20 million."
+    assert "contradicted" not in verdicts_of(text, "legal", "statute_value", "gdpr fines")
+    text = ("Article 12(3) gives one month to answer requests. That can be extended by two further months for complex "
+            "requests, so expect one to three months in all.")
+    assert verdicts_of(text, "legal", "statute_value", "gdpr access request") == {"supported"}

@@ -82,7 +82,9 @@ def statute(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
     if doc.kg is None:
         return []
     findings: list[Finding] = []
-    for ref in _references(doc):
+    refs = _references(doc)
+    doc.cache["statute_refs"] = refs
+    for ref in refs:
         findings += _judge_reference(doc, ref)
     return findings
 
@@ -543,7 +545,8 @@ def _enumerated_items(doc: Document, ref: _Ref) -> list[Finding]:
 
 
 # -- values -------------------------------------------------------------------------------------------------
-_DURATION = re.compile(r"(?P<n>\d+(?:\.\d+)?)[\s-]*(?P<unit>days?|hours?|months?|years?|weeks?)\b", re.I)
+_DURATION = re.compile(r"(?P<n>\d+(?:\.\d+)?)[\s-]*(?:(?:further|more|additional|extra|calendar|business)\s+)?"
+                       r"(?P<unit>days?|hours?|months?|years?|weeks?)\b", re.I)
 _COUNT = re.compile(r"(?P<n>\d+)\s+(?:\w+\s+)?(?P<unit>factors?|exemptions?|prerequisites?|requirements?|elements?)\b", re.I)
 _TIMES = re.compile(r"(?P<n>\d+(?:\.\d+)?)\s+times\b|\b(?P<word>double|twice|triple)\b", re.I)
 _PERCENT = re.compile(r"(?P<n>\d+(?:\.\d+)?)\s*(?:%|percent\b)")
@@ -572,7 +575,32 @@ def _value_claims(doc: Document, seg: Segment, ref: _Ref) -> list[Finding]:
     out = []
     for start, end in spans[-1:]:
         out += _values_in(doc, start, end, facts, ref)
+    if seg.label is None and seg.kind not in ("item", "row", "line"):
+        for start, end in _later_scopes(doc, seg, ref, spans[-1]):
+            out += _values_in(doc, start, end, facts, ref, by_measure=True)
     return out
+
+
+_REFERRING_START = re.compile(r"^\W*(?:it|its|that|this|these|those|they|both|either|the (?:rule|statute|section|article|"
+                              r"provision|period|deadline|window|limit|act|law|regulation|order))\b", re.I)
+
+
+def _later_scopes(doc: Document, seg: Segment, ref: _Ref, own: tuple[int, int]) -> list[tuple[int, int]]:
+    """Where else a provision's numbers may stand: the rest of its sentence when it names no other provision
+    ("Under Rule 65(b)(2), a TRO ... expires at the time the court sets, which can be no more than 14 days"),
+    and the next sentence when that one names none and refers back ("That period can be extended by two further
+    months", "Member States can set a lower age, but not below 12")."""
+    refs = doc.cache.get("statute_refs") or []
+    def names_another(start: int, end: int) -> bool:
+        return any(start <= r.start < end and r.start != ref.start for r in refs)
+    scopes: list[tuple[int, int]] = []
+    if own[1] < seg.end and not names_another(own[1], seg.end):
+        scopes.append((own[1], seg.end))
+    later = [s for s in doc.segments if s.start >= seg.end]
+    if later and later[0].kind == seg.kind and not names_another(later[0].start, later[0].end) \
+            and not names_another(seg.start, seg.end):
+        scopes.append((later[0].start, later[0].end))
+    return scopes
 
 
 def _parent_of(doc: Document, ref: _Ref) -> str | None:
@@ -580,7 +608,9 @@ def _parent_of(doc: Document, ref: _Ref) -> str | None:
     return ref.entity.id if ref.entity is not None else None
 
 
-def _values_in(doc: Document, start: int, end: int, facts: list[Fact], ref: _Ref) -> list[Finding]:
+def _values_in(doc: Document, start: int, end: int, facts: list[Fact], ref: _Ref, by_measure: bool = False) -> list[Finding]:
+    """The values in text[start:end] judged against `facts`; `by_measure`: away from the reference, only a value
+    whose own clause, or the one before it, says what it measures (a word of the fact's measure)."""
     view = numeric_view(doc.text[start:end])
     found: list[tuple[int, int, float, str]] = []
     for match in _DURATION.finditer(view.text):
@@ -606,10 +636,24 @@ def _values_in(doc: Document, start: int, end: int, facts: list[Fact], ref: _Ref
         candidates = [f for f in facts if str(f.unit) == unit]
         if not candidates:
             continue
-        text_around = doc.text[max(start, start + s - 80):start + e + 60]
+        own = doc.segment_of(start + s)     # the words that say what a value measures stand in its own sentence
+        text_around = doc.text[max(start, own.start, start + s - 80):min(own.end, start + e + 60)]
         fact = max(candidates, key=lambda f: len(_content(str(f.qualifiers.get("measure", ""))) & _content(text_around)))
+        if by_measure and (not _measured_nearby(doc, start + s, fact)
+                           or re.search(r"\w\s*(?:to|-|–)\s*$", doc.text[max(start, start + s - 12):start + s])):
+            continue    # away from the reference: unmeasured, or the upper end of a range ("one to three months")
         out.append(_judge_value(doc, (start + s, start + e), value, unit, fact, ref))
     return out
+
+
+_UNIT_WORDS = frozenset("day days month months year years hour hours time times percent count".split())
+
+
+def _measured_nearby(doc: Document, position: int, fact: Fact) -> bool:
+    clause = doc.clause_of(position)
+    previous = doc.clause_of(clause[0] - 2) if clause[0] >= 2 else clause
+    nearby = _content(doc.text[min(previous[0], clause[0]):position])
+    return bool((_content(str(fact.qualifiers.get("measure", ""))) - _UNIT_WORDS) & nearby)
 
 
 def _judge_value(doc: Document, span: tuple[int, int], value: float, unit: str, fact: Fact, ref: _Ref) -> Finding:

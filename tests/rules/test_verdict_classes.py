@@ -1,6 +1,8 @@
 """Classes of wrong verdicts on chatbot-style answers (issue 19), each tested with new sentences of the class
 written for this file (never sentences of the blind sets under benchmarks/data), against the shipped KGs."""
 
+import re
+
 import pytest
 
 from rules import verify
@@ -491,3 +493,20 @@ def test_values_of_another_reference_or_a_range_end_are_not_taken() -> None:
     text = ("Article 12(3) gives one month to answer requests. That can be extended by two further months for complex "
             "requests, so expect one to three months in all.")
     assert verdicts_of(text, "legal", "statute_value", "gdpr access request") == {"supported"}
+
+
+# -- an EU instrument's number and dates -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("Europe's privacy law, the GDPR (Regulation (EU) 2016/679), replaced the 1995 directive.", "supported"),
+        ("The General Data Protection Regulation is Regulation (EU) 2018/1725.", "contradicted"),
+        ("The GDPR was adopted in April 2016.", "supported"),
+        ("The GDPR became enforceable on 25 May 2017.", "contradicted"),
+        ("The GDPR entered into force in May 2016 and has applied since 25 May 2018.", "supported"),
+        ("The GDPR came into force in 2019.", "contradicted"),
+    ],
+)
+def test_an_eu_instruments_number_and_dates(text: str, verdict: str) -> None:
+    verdicts = {v for v, t in claims_of(text, "legal", "statute") if re.search(r"\d{4}", t)}
+    assert verdict in verdicts and (verdict == "contradicted" or "contradicted" not in verdicts)

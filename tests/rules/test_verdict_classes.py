@@ -510,3 +510,44 @@ def test_values_of_another_reference_or_a_range_end_are_not_taken() -> None:
 def test_an_eu_instruments_number_and_dates(text: str, verdict: str) -> None:
     verdicts = {v for v, t in claims_of(text, "legal", "statute") if re.search(r"\d{4}", t)}
     assert verdict in verdicts and (verdict == "contradicted" or "contradicted" not in verdicts)
+
+
+# -- holdings in other shapes: "Under <case>, <rule>", "Justice X wrote for the Court that", a second clause ----
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("Under Terry v. Ohio, 392 U.S. 1 (1968), police may stop and frisk a person on reasonable suspicion that "
+         "the person is armed and dangerous.", "supported"),
+        ("The case is Mapp v. Ohio (1961). Justice Tom C. Clark wrote for the Court that the exclusionary rule "
+         "applies to evidence seized by the states.", "supported"),
+        ("In Gideon v. Wainwright (1963), the Court held that states must provide counsel to poor felony "
+         "defendants, but the decision did not address the right to counsel for felony defendants.", "contradicted"),
+    ],
+)
+def test_holdings_in_other_shapes(text: str, verdict: str) -> None:
+    assert verdict in verdicts_of(text, "legal", "case_holding")
+
+
+def test_a_second_clause_about_another_case_is_not_this_ones() -> None:
+    text = ("In Gideon v. Wainwright (1963), the Court held that states must provide counsel to poor felony "
+            "defendants, while Miranda v. Arizona addressed warnings before custodial interrogation.")
+    assert "contradicted" not in verdicts_of(text, "legal", "case_holding")
+
+
+# -- the pairing of a section and an act is one claim spanning both; a parenthetical reference closes its clause --
+def test_the_act_claim_spans_the_section_and_the_act() -> None:
+    claims = claims_of("15 U.S.C. § 1692 is the Fair Debt Collection Practices Act, which limits collectors.", "legal",
+                       "statute")
+    assert any("Act" in text and "1692" in text for _, text in claims)
+
+
+def test_a_parenthetical_reference_takes_the_clause_it_closes() -> None:
+    claims = claims_of("People may have their personal data erased when it is no longer needed (Article 17).",
+                       "legal", "statute", "gdpr")
+    assert claims and all("erased" in text for _, text in claims)
+    assert {v for v, _ in claims} <= {"supported", "unverifiable"}
+
+
+def test_hours_before_the_number() -> None:
+    assert verdicts_of("Under 29 U.S.C. § 207, overtime is owed for hours worked beyond 35 in a workweek.", "legal",
+                       "statute_value") == {"contradicted"}

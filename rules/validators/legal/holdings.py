@@ -63,7 +63,9 @@ _VERB_AFTER = re.compile(
     r"reject(?:ed|s)?|overrul(?:ed|es|e)|guarantee[ds]?|allow(?:ed|s)?|barred|bars?|prohibit(?:ed|s)?|kept|keeps?|"
     r"retain(?:ed|s)?|reaffirm(?:ed|s)?|halted|eliminat(?:ed|es|e)|replaced|adopted|approved|introduced|"
     r"concern(?:ed|s)?|address(?:ed|es)?|is about|was about|is the case (?:on|about|that)|is known for|stands for|"
-    r"gave us|supplie[sd]|provide[sd]?|decided)\b(?:\s+that)?\s*", re.I)
+    r"gave us|supplie[sd]|provide[sd]?|decided|"
+    r"wrote\s+(?:for\s+(?:a|the)\s+(?:[\w-]+\s+)?(?:Court|majority)|the\s+(?:[\w-]+\s+)?opinion)(?=,?\s+(?:that|holding)))"
+    r"\b(?:,?\s+(?:holding\s+)?that)?\s*", re.I)
 # "X is the standard from Brandenburg", "X comes from Katz", "X was established in Gideon"
 _SOURCE_BEFORE = re.compile(
     r"(?P<desc>[^;:]{6,160}?)\s*,?\s+(?:(?:is|was|are|were)\s+(?:the\s+)?(?:[\w-]+\s+){0,2}?(?:from|in|of)|"
@@ -170,6 +172,7 @@ def case_holding(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
                                # a negation between the name and the verb ("did not address"); a "not" inside
                                # the description ("a witness who did not appear") is part of what was held
                                negated=bool(start > mention.end and _NEGATED.search(doc.text[mention.end:start]))))
+        findings += _continued(doc, mention, own_id, holdings, end, taken, cases)
     findings += _pronoun_holdings(doc, cases, holdings, taken)
     return findings
 
@@ -177,7 +180,17 @@ def case_holding(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
 # "It established ...", "The Court held that ...", "The decision did not address ...": a holding whose subject is
 # the case named in the sentence before (coreference to the nearest case, at most one segment back)
 _PRONOUN_SUBJECT = re.compile(r"\W*(?:It|The (?:Supreme )?Court|The (?:decision|ruling|case|opinion|majority)|"
-                              r"(?:That|This) (?:case|decision|ruling)|There,? the Court)\b", re.I)
+                              r"(?:That|This) (?:case|decision|ruling)|There,? the Court|"
+                              r"(?:Chief\s+)?Justice\s+(?-i:[A-Z][\w.]*(?:\s+[A-Z][\w.]*){0,2}))\b", re.I)
+# ", but the decision did not address ...", ", while holding that ...": a second thing said of the same case
+_CONTINUATION = re.compile(
+    r",?\s*(?:but|while|whereas|and)\s+(?:(?:the|this|that)\s+(?:decision|court|ruling|opinion|majority)\s+|it\s+)?"
+    r"(?P<neg>(?:did|does|has|had|was|is)\s+not\s+|didn't\s+|doesn't\s+|never\s+)?"
+    r"(?P<verb>holding|held|found|ruled|address(?:ed|es)?|decided|struck down|upheld|reject(?:ed|s)?|recogni[sz]ed)\b"
+    r"(?:\s+that)?\s*", re.I)
+# "Under Strickland v. Washington, 466 U.S. 668 (1984), a defendant ... must show ...": the rule the case stands for
+_UNDER_BEFORE = re.compile(r"\b(?:Under|Per|According to|Following)\s+$")
+_AFTER_NAME = re.compile(r"(?:,?\s*\d{1,4}\s+[A-Z][A-Za-z0-9. ]{0,12}?\s+\d{1,5})?(?:\s*\([^()]{0,40}\))?\s*,\s*")
 
 
 def _pronoun_holdings(doc: Document, cases: list[Mention], holdings: dict[str, tuple[frozenset[str], Fact]],
@@ -210,6 +223,24 @@ def _pronoun_holdings(doc: Document, cases: list[Mention], holdings: dict[str, t
     return out
 
 
+def _continued(doc: Document, mention: Mention, own_id: str, holdings: dict[str, tuple[frozenset[str], Fact]], end: int,
+               taken: list[tuple[int, int]], cases: list[Mention]) -> list[Finding]:
+    """What the sentence goes on to say of the same case after its first description ends."""
+    seg = doc.segment_of(mention.start)
+    more = _CONTINUATION.match(doc.text, end, seg.end)
+    if more is None or any(end <= m.start < seg.end for m in cases):
+        return []
+    stop = _DESCRIPTION_END.search(doc.text, more.end(), seg.end)
+    span = _trim(doc, more.start("verb"), stop.start() if stop else seg.end)
+    if span is None or any(s < span[1] and span[0] < e for s, e in taken):
+        return []
+    words = content_words(doc.text[span[0]:span[1]]) - content_words(mention.text)
+    if len(words) < 2:
+        return []
+    taken.append(span)
+    return [_judge(doc, mention, own_id, holdings, words, span, negated=bool(more.group("neg")))]
+
+
 def _description(doc: Document, mention: Mention, cases: list[Mention]) -> tuple[int, int] | None:
     """The span of what the text says the case held, if it says anything."""
     seg = doc.segment_of(mention.start)
@@ -228,6 +259,11 @@ def _description(doc: Document, mention: Mention, cases: list[Mention]) -> tuple
         if following and label:
             end = min(following)
         return _trim(doc, start, end)
+    if _UNDER_BEFORE.search(doc.text[seg.start:mention.start]):
+        after_name = _AFTER_NAME.match(doc.text, mention.end, seg.end)
+        if after_name is not None and not any(after_name.end() <= m.start < seg.end for m in cases):
+            stop = _DESCRIPTION_END.search(doc.text, after_name.end(), seg.end)
+            return _trim(doc, after_name.end(), stop.start() if stop else seg.end)
     clause = doc.clause_of(mention.start)
     before = _SOURCE_BEFORE.search(doc.text[clause[0]:mention.start])
     if before:

@@ -218,6 +218,13 @@ def _attached(doc: Document, seg: Segment, ref: _Ref) -> tuple[str, tuple[int, i
                 desc = desc[joints[-1].end():]
         if _content(desc):
             return desc, (start, start + len(desc))
+    # "You must notify the authority within 72 hours of a breach (Article 33)": the clause the reference closes
+    if doc.text[ref.start - 1:ref.start] == "(" and re.match(r"^\)\s*(?:[.,;]|$)", doc.text[ref.end:ref.end + 3]):
+        desc = doc.text[clause[0]:ref.start - 1].rstrip()
+        desc = re.sub(r"^\W*(?:(?:yes|no|so|and|but)\b\W*)*", "", desc, flags=re.I)
+        if _content(desc):
+            start = ref.start - 1 - len(desc) - (len(doc.text[clause[0]:ref.start - 1]) - len(doc.text[clause[0]:ref.start - 1].rstrip()))
+            return desc, (start, start + len(desc))
     possessive = _POSSESSIVE_AFTER.match(after)
     if possessive and _content(possessive.group("desc")):
         start = ref.end + possessive.start("desc")
@@ -417,7 +424,11 @@ def _act_claim(doc: Document, seg: Segment, ref: _Ref) -> Finding | None:
     if named and len(statute_keys(doc.text[doc.clause_of(ref.start)[0]:doc.clause_of(ref.start)[1]])) <= 1:
         holds = any(e.id == ref.entity.id for e in named)
         other = next((e for e in named if e.id != ref.entity.id), named[0])
-        return Finding(ref.text, (ref.start, ref.end), "statute", "supported" if holds else "contradicted", 0.85,
+        # the claim is the pairing: its span runs from the reference to the name it is given
+        ids = {e.id for e in named}
+        names = [m for m in doc.mentions(["statute"]) if set(m.entity_ids) & ids and doc.clause_of(m.start) == doc.clause_of(ref.start)]
+        span = (min([ref.start, *(m.start for m in names)]), max([ref.end, *(m.end for m in names)]))
+        return Finding(doc.text[span[0]:span[1]], span, "statute", "supported" if holds else "contradicted", 0.85,
                        [kg_evidence(f"{ref.text} is {ref.entity.name}" + ("" if holds else f"; {other.name} is a different "
                                     "provision"), ref.entity.provenance)], subject=ref.entity.id,
                        citation=CitationCheck("statute", "resolved", holds))
@@ -547,6 +558,9 @@ def _enumerated_items(doc: Document, ref: _Ref) -> list[Finding]:
 # -- values -------------------------------------------------------------------------------------------------
 _DURATION = re.compile(r"(?P<n>\d+(?:\.\d+)?)[\s-]*(?:(?:further|more|additional|extra|calendar|business)\s+)?"
                        r"(?P<unit>days?|hours?|months?|years?|weeks?)\b", re.I)
+# "hours worked over 40 in a workweek": the unit before the number
+_UNIT_BEFORE = re.compile(r"\b(?P<unit>hours|days|weeks|months|years)\s+(?:\w+\s+)?(?:over|above|beyond|past|in excess of|more than)\s+"
+                          r"(?P<n>\d+(?:\.\d+)?)\b(?!\s*(?:%|percent|hours|days|weeks|months|years|\$))", re.I)
 _COUNT = re.compile(r"(?P<n>\d+)\s+(?:\w+\s+)?(?P<unit>factors?|exemptions?|prerequisites?|requirements?|elements?)\b", re.I)
 _TIMES = re.compile(r"(?P<n>\d+(?:\.\d+)?)\s+times\b|\b(?P<word>double|twice|triple)\b", re.I)
 _PERCENT = re.compile(r"(?P<n>\d+(?:\.\d+)?)\s*(?:%|percent\b)")
@@ -564,6 +578,7 @@ def _value_claims(doc: Document, seg: Segment, ref: _Ref) -> list[Finding]:
     parent = _parent_of(doc, ref)
     if not facts and parent is not None:
         facts = doc.kg.facts(parent, "sets_value")
+    every = facts
     if ref.sub and facts:
         narrowed = [f for f in facts if ref.sub in str(f.provenance.locator if f.provenance else "")]
         facts = narrowed or facts
@@ -577,7 +592,8 @@ def _value_claims(doc: Document, seg: Segment, ref: _Ref) -> list[Finding]:
         out += _values_in(doc, start, end, facts, ref)
     if seg.label is None and seg.kind not in ("item", "row", "line"):
         for start, end in _later_scopes(doc, seg, ref, spans[-1]):
-            out += _values_in(doc, start, end, facts, ref, by_measure=True)
+            # a later sentence may speak of another subdivision ("an outer limit: ... more than 1 year")
+            out += _values_in(doc, start, end, every, ref, by_measure=True)
     return out
 
 
@@ -615,6 +631,8 @@ def _values_in(doc: Document, start: int, end: int, facts: list[Fact], ref: _Ref
     found: list[tuple[int, int, float, str]] = []
     for match in _DURATION.finditer(view.text):
         found.append((*view.span(*match.span()), float(match.group("n")), _UNIT_NAMES[match.group("unit").casefold()]))
+    for match in _UNIT_BEFORE.finditer(view.text):
+        found.append((*view.span(match.start("n"), match.end("n")), float(match.group("n")), _UNIT_NAMES[match.group("unit").casefold()]))
     for match in _COUNT.finditer(view.text):
         found.append((*view.span(*match.span()), float(match.group("n")), "count"))
     for match in _TIMES.finditer(view.text):

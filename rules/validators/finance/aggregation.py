@@ -39,6 +39,8 @@ def aggregation(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
     if doc.kg is None:
         return []
     findings: list[Finding] = []
+    if not (_TOGETHER.search(doc.text) or _APART.search(doc.text)):
+        return findings     # one scan of the text spares a scan per sentence
     for sentence in doc.sentences:
         said = _stated(sentence.text)
         if said is None:

@@ -62,6 +62,7 @@ class Register:
     names: re.Pattern[str] | None                   # every name as written, longest first
 
 
+@lru_cache(maxsize=4096)
 def normalise_name(text: str) -> str:
     """'The Coca-Cola Company' -> 'coca cola'; 'JPMorgan Chase & Co.' -> 'jpmorgan chase'; 'Nestlé S.A.' -> 'nestle'."""
     text = unicodedata.normalize("NFKD", text)
@@ -178,8 +179,9 @@ def _judged(finding: Finding, verdict: str, confidence: float, evidence: Evidenc
     finding.verdict = verdict       # type: ignore[assignment]
     finding.confidence = confidence
     # the check-digit evidence said the issuer was not verified; now it is
-    finding.evidence = [e.model_copy(update={"description": e.description.replace(
-        " (the issuer it is attributed to is not verified)", "")}) for e in finding.evidence]
+    note = " (the issuer it is attributed to is not verified)"
+    finding.evidence = [e.model_copy(update={"description": e.description.replace(note, "")}) if note in e.description
+                        else e for e in finding.evidence]
     finding.evidence.append(evidence)
     if finding.citation is not None:
         # the identifier exists (valid check digit); whether it supports the attribution is the verdict

@@ -39,6 +39,8 @@ def eu_instruments(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
     instruments = [e for e in doc.kg.entities("statute") if _NUMBER.fullmatch(e.name)]
     if not instruments:
         return []
+    if _named(doc, instruments, 0, len(doc.text)) is None:
+        return []       # no instrument the KG holds is named: nothing to pair a number or date with
     findings = _numbers(doc, instruments)
     findings += _dates(doc, instruments)
     return findings

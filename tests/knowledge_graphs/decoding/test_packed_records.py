@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 
 from knowledge_graphs.decoding.guard_records import PackedRecords, Records, walk_records
-from knowledge_graphs.decoding.surface_guard import SPACE, AllowedNodes, GuardState, NameTrie, advance_checked, fold
+from knowledge_graphs.decoding.surface_guard import (
+    SPACE,
+    AllowedNodes,
+    GuardState,
+    NameTrie,
+    advance_checked,
+    fold,
+)
 from knowledge_graphs.decoding.vocab_guard import SurfaceGuard
 
 # Names with shared prefixes, names inside names, and names across a space: records of every run.

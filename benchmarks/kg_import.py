@@ -36,7 +36,7 @@ def _word(rng: random.Random, parts: int) -> str:
 
 def cases_file(path: Path, rows: int, rng: random.Random) -> Path:
     """SCDB case-centred columns; citations in volumes 700-999 of U.S. Reports, which no real case has yet, so
-    they never collide with the packaged landmark index."""
+    they never collide with the packaged landmark index. A fifth of the cases are "United States v. ..."."""
     lines = ["caseId,docketId,dateDecision,decisionType,usCite,sctCite,ledCite,lexisCite,term,docket,caseName"]
     used: set[tuple[int, int]] = set()
     for i in range(rows):
@@ -44,7 +44,10 @@ def cases_file(path: Path, rows: int, rng: random.Random) -> Path:
             pass
         used.add(cite)
         year = rng.randint(1950, 2024)
-        name = f"{_word(rng, 3)} v. {_word(rng, 2)} {_word(rng, 3)}"
+        # the real table names many cases "United States v. ...": a fifth here, so that a lookup by the
+        # plaintiff's name meets a crowded bucket as it would in production
+        plaintiff = "United States" if i % 5 == 0 else _word(rng, 3)
+        name = f"{plaintiff} v. {_word(rng, 2)} {_word(rng, 3)}"
         lines.append(f"{year}-{i:05d},{year}-{i:05d}-01,{rng.randint(1, 12)}/{rng.randint(1, 28)}/{year},1,"
                      f"{cite[0]} U.S. {cite[1]},,,,{year},{rng.randint(1, 99)}-{rng.randint(100, 9999)},{name}")
     path.write_text("\n".join(lines) + "\n")

@@ -20,9 +20,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
-from knowledge_graphs.model import Fact
+from knowledge_graphs.model import Fact, KnowledgeGraph
 from rules.claims import Document, Segment
 from rules.extraction.dates import find_dates
 from rules.extraction.numbers import numeric_view
@@ -161,6 +162,11 @@ def _family_member(doc: Document, family: str, institution: str | None) -> tuple
     return tuple(e.id for e in doc.kg.lookup(alias) if e.type == "regulation")
 
 
+@lru_cache(maxsize=8)   # per KG version: `entities(type)` walks every entity, 10k more after an SDN import
+def _regulation_ids(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> tuple[str, ...]:
+    return tuple(e.id for e in kg.entities("regulation"))
+
+
 def _facts(doc: Document, regulation: _Regulation, currency: str, clause_text: str) -> list[Fact]:
     """The thresholds the amount may be stated for: the regulation's, and its sibling articles' (a directive is
     named by one article's alias), narrowed to those whose measure the clause describes best."""
@@ -169,7 +175,8 @@ def _facts(doc: Document, regulation: _Regulation, currency: str, clause_text: s
     for rid in regulation.ids:
         if "-art-" in rid:
             prefix = rid.split("-art-")[0] + "-art-"
-            ids += [e.id for e in doc.kg.entities("regulation") if e.id.startswith(prefix) and e.id not in ids]
+            ids += [rid for rid in _regulation_ids(id(doc.kg), doc.kg.version, doc.kg)
+                    if rid.startswith(prefix) and rid not in ids]
     facts = [f for rid in ids for f in doc.kg.facts(rid, "threshold") if str(f.unit).upper() == currency]
     if not re.search(r"no suspect|regardless of (?:whether )?a suspect|without a suspect|cannot be identified", clause_text, re.I):
         facts = [f for f in facts if not f.qualifiers.get("condition")] or facts

@@ -65,6 +65,7 @@ from auditor.serving.engine_loading import start_engine_core
 from auditor.serving.inference import AuditUnavailable, BadRequest, EngineUnavailable, InferenceService
 from auditor.serving.knowledge import Knowledge, NoKnowledge
 from auditor.serving.metrics import ServiceMetrics
+from auditor.serving.on_demand import OnDemand
 from auditor.serving.registry import ModelRegistry, build_registry, read_entries
 from auditor.serving.traffic import LiveTraffic
 from auditor.serving.upstream import UpstreamError
@@ -99,12 +100,14 @@ def _load_runtime(settings: Settings, packs: StorePacks, engine_core: Any = None
     knowledge = runtime.KgKnowledge(kgs)
     knowledge.warm_up()
     loaded_rules = time.perf_counter()
-    detector = runtime.load_detector(kgs, threshold=settings.domain_detection_threshold)
+    # Only requests that name no domain need the detector: it loads after ready (`start_loading_deferred`'s
+    # first step), and such a request that comes sooner waits for that load (auditor.serving.on_demand).
+    detector = OnDemand(functools.partial(runtime.load_detector, kgs, threshold=settings.domain_detection_threshold))
     # The KGs, tries, walk records and rule packs live as long as the process: take them out of the
     # cyclic GC's view, or each full collection (set off by allocations mid-decode) rescans them all.
     gc.freeze()
-    logger.info("KGs loaded in %.1f s, validators and linkers warmed in %.1f s, domain detector in %.1f s",
-                loaded_kgs - started, loaded_rules - loaded_kgs, time.perf_counter() - loaded_rules)
+    logger.info("KGs loaded in %.1f s, validators and linkers warmed in %.1f s (the domain detector loads after ready)",
+                loaded_kgs - started, loaded_rules - loaded_kgs)
     return engine, verifier, knowledge, detector
 
 
@@ -209,12 +212,6 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                     _load_runtime, settings, packs, core)
                 if loaded_engine is not None and loaded_engine is not core:
                     stack.push_async_callback(_shutdown_engine, loaded_engine)
-            # What `auditor serve` deferred (simple-icd-10-cm, eyecite) loads now, while the engine core may still be
-            # loading on the other CPU. Ready does not wait for it: a request that needs one of them first waits
-            # for its import, and is served as it would be later (auditor.serving.deferred_imports).
-            # The validators' big registries (the ICD-10-CM index, the drug dictionary) are built after it the same
-            # way: a request that needs one first waits for the same build. /ready says "warm" once all is done.
-            warming = start_loading_deferred(then=getattr(loaded_verifier, "warm_registries", None))
             runtime_ready = time.perf_counter()
             if callable(getattr(loaded_engine, "start", None)):   # an engine passed in is started, not shut down
                 await loaded_engine.start()
@@ -245,13 +242,21 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                 stack.callback(server.shutdown)
             auth = AuthGuard(environment=settings.environment, bind_host=settings.host)
             services = Services(settings, database, loaded_engine, inference, metrics, task_queue, auth, packs,
-                                models=models, kg=live_kgs, warming=warming)
+                                models=models, kg=live_kgs)
             services.embeddings = EmbeddingService(database=database, settings=settings, metrics=metrics)
             app.state.services = services
             await anyio.to_thread.run_sync(_warn_about_authentication, database, auth, settings.host)
             if settings.malloc_trim_interval_s:
                 trimmer = asyncio.create_task(_trim_memory_periodically(settings.malloc_trim_interval_s))
                 stack.callback(trimmer.cancel)
+            # What ready did not wait for loads now, on a thread, once this process's ready path is done (so it takes
+            # neither the GIL from that path nor a CPU from the engine core while it still loads): the domain
+            # detector, what `auditor serve` deferred (simple-icd-10-cm, eyecite), then the validators' big
+            # registries (the ICD-10-CM index, the drug dictionary). A request that needs one of them first waits
+            # for the same load and is served as it would be later. /ready says "warm" once all is done.
+            services.warming = start_loading_deferred(
+                first=[loaded_detector.get] if isinstance(loaded_detector, OnDemand) else [],
+                then=getattr(loaded_verifier, "warm_registries", None))
             services.ready = True
             gc.enable()   # `auditor serve` starts with it off: see auditor.commands.serve
             logger.info("ready %.1f s after startup began: audit store %.1f s, KGs and validators %.1f s, then "

@@ -7,8 +7,10 @@ process tree (API process and engine core) is sampled every few seconds; the slo
 over the samples after the warm-up (default: the first minute).
 
 Keys: rss_slope_mb_per_min, rss_peak_slope_mb_per_min (the same fit over each minute's highest sample, which
-the 30-second heap trims do not saw-tooth), rss_peaks_per_min, rss_start_mb (first sample after warm-up), rss_end_mb, rss_max_mb, requests,
-req_s, statuses, non_2xx, successes, records_found, chain_ok, minutes, load_average.
+the 30-second heap trims do not saw-tooth), rss_peaks_per_min, rss_start_mb (first sample after warm-up), rss_end_mb, rss_max_mb,
+api_rss_slope_mb_per_min and core_rss_slope_mb_per_min (the same fit for the API process alone and for the processes
+below it: which side grows), requests, req_s, statuses, non_2xx, successes, records_found, chain_ok, minutes,
+load_average.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import time
 from collections import Counter
 
 from benchmarks._common import emit, log
-from benchmarks._service import closed_loop, load_average, request_mix, start_server, thread_env
+from benchmarks._service import closed_loop, load_average, request_mix, rss_kb, start_server, thread_env
 
 
 def slope_per_minute(samples: list[tuple[float, float]]) -> float | None:
@@ -61,12 +63,15 @@ def main(argv: list[str] | None = None) -> int:
     server = start_server(env=thread_env(args.threads))
     log(f"server ready in {server.ready_s:.1f} s; soaking {args.minutes} min with {args.clients} clients")
     samples: list[tuple[float, float]] = []
+    api_samples: list[tuple[float, float]] = []   # the API process alone; the rest of the tree is the engine core
     stop = threading.Event()
     started = time.monotonic()
 
     def sample() -> None:
         while not stop.wait(args.sample_s):
-            samples.append((time.monotonic() - started, server.rss_mb()))
+            now = time.monotonic() - started
+            samples.append((now, server.rss_mb()))
+            api_samples.append((now, rss_kb(server.proc.pid) / 1024))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -87,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     slope = slope_per_minute(after_warmup)
     peaks = window_peaks(after_warmup)
     peak_slope = slope_per_minute(peaks)
+    api_after = [(t, m) for t, m in api_samples if t >= args.warmup_s]
+    core_after = [(t, m - api) for (t, m), (_, api) in zip(after_warmup, api_after, strict=True)]
     emit({
         "minutes": args.minutes, "clients": args.clients, "warmup_s": args.warmup_s,
         "rss_slope_mb_per_min": None if slope is None else round(slope, 2),
@@ -95,7 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         "rss_start_mb": round(after_warmup[0][1], 1) if after_warmup else None,
         "rss_end_mb": round(samples[-1][1], 1) if samples else None,
         "rss_max_mb": round(max(m for _, m in samples), 1) if samples else None,
+        "api_rss_slope_mb_per_min": _rounded(slope_per_minute(api_after)),
+        "core_rss_slope_mb_per_min": _rounded(slope_per_minute(core_after)),
         "rss_samples": [(round(t), round(m, 1)) for t, m in samples],
+        "api_rss_samples": [(round(t), round(m, 1)) for t, m in api_samples],
         "requests": len(results), "req_s": round(len(results) / seconds, 2),
         "statuses": dict(Counter(str(r.status) for r in results)),
         "non_2xx": sum(1 for r in results if r.status != 200 or r.error is not None),
@@ -103,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         "ready_s": round(server.ready_s, 2), "load_average": load_average(),
     }, args.json)
     return 0
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 if __name__ == "__main__":

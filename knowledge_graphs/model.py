@@ -54,6 +54,21 @@ class Fact:
         return asdict(self)
 
 
+@dataclass(frozen=True, slots=True)
+class KgOutline:
+    """What a compiled KG-constraint index needs of its KG once the index itself is on disk: the domain, the
+    content version (part of the index's key) and which entity ids exist (to refuse unknown ones). Reading it
+    instead of the whole KG spares an engine core most of its KG loading (`snapshot.load_outline`)."""
+
+    domain: str
+    version: str
+    entity_ids: frozenset[str]
+
+    @classmethod
+    def of(cls, kg: KnowledgeGraph) -> KgOutline:
+        return cls(kg.domain, kg.version, frozenset(entity.id for entity in kg.entities()))
+
+
 class KnowledgeGraph:
     """One domain's KG: a networkx MultiDiGraph whose edges carry `Fact`s, plus an alias index."""
 

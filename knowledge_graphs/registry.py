@@ -10,7 +10,7 @@ from pathlib import Path
 
 from knowledge_graphs import snapshot
 from knowledge_graphs.curated import DATA_DIR
-from knowledge_graphs.model import KnowledgeGraph
+from knowledge_graphs.model import KgOutline, KnowledgeGraph
 from knowledge_graphs.sources import finance, legal, medical
 from knowledge_graphs.sources.common import DomainData
 
@@ -46,6 +46,13 @@ def load_snapshot(domain: str, directory: Path) -> KnowledgeGraph:
     if domain not in BUILDERS:   # before any file is named after it
         raise UnknownDomainError(f"unknown KG domain {domain!r}; known domains: {', '.join(DOMAINS)}")
     return snapshot.load_kg(domain, directory, lambda: build_kg(domain))
+
+
+def load_snapshot_outline(domain: str, directory: Path) -> KgOutline | None:
+    """The outline of `domain`'s KG snapshot in `directory` (`snapshot.load_outline`), or None."""
+    if domain not in BUILDERS:
+        raise UnknownDomainError(f"unknown KG domain {domain!r}; known domains: {', '.join(DOMAINS)}")
+    return snapshot.load_outline(domain, directory)
 
 
 @cache

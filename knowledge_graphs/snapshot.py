@@ -27,7 +27,7 @@ from weakref import WeakKeyDictionary
 
 from knowledge_graphs import disk_cache
 from knowledge_graphs.curated import DATA_DIR
-from knowledge_graphs.model import KnowledgeGraph
+from knowledge_graphs.model import KgOutline, KnowledgeGraph
 
 T = TypeVar("T")
 
@@ -47,13 +47,31 @@ def kg_key(domain: str, data_dir: Path = DATA_DIR) -> str:
 
 def load_kg(domain: str, directory: Path, build: Callable[[], KnowledgeGraph], data_dir: Path = DATA_DIR,
             ) -> KnowledgeGraph:
-    """`domain`'s KG from its snapshot in `directory`, or `build()` and kept there for the next start."""
+    """`domain`'s KG from its snapshot in `directory`, or `build()` and kept there for the next start (with its
+    outline, `load_outline`)."""
     key = kg_key(domain, data_dir)
     path = Path(directory) / f"{domain}-{key[:32]}.kg"
     kg = disk_cache.load_or_build(path, _FORMAT, build, stale=f"{domain}-*.kg",
                                   accept=lambda found: isinstance(found, KnowledgeGraph) and found.domain == domain)
     _snapshots[kg] = (key, Path(directory))
+    outline = _outline_path(domain, directory, key)
+    if not outline.exists():
+        disk_cache.write(outline, KgOutline.of(kg), _FORMAT, stale=f"{domain}-*.kgoutline")
     return kg
+
+
+def load_outline(domain: str, directory: Path, data_dir: Path = DATA_DIR) -> KgOutline | None:
+    """The outline of the KG `load_kg` would read from `directory` (a few ms, where the medical KG takes ~0.3 s),
+    or None when there is none yet, or it is damaged, or the KG's key has changed since it was written."""
+    path = _outline_path(domain, directory, kg_key(domain, data_dir))
+    found = disk_cache.read(path, _FORMAT, accept=lambda found: isinstance(found, KgOutline) and found.domain == domain)
+    if found is None:
+        path.unlink(missing_ok=True)   # a damaged one goes, so the next `load_kg` writes it again
+    return found
+
+
+def _outline_path(domain: str, directory: Path, key: str) -> Path:
+    return Path(directory) / f"{domain}-{key[:32]}.kgoutline"
 
 
 def derived(kg: KnowledgeGraph, name: str, build: Callable[[], T], *, kind: type[T], code: Iterable[Path] = ()) -> T:

@@ -19,6 +19,19 @@ from rules.claims import split_sentences
 ACTIONS = ("allow", "annotate", "redact", "block", "refuse")
 _RANK = {action: rank for rank, action in enumerate(ACTIONS)}
 _NEWLINES = re.compile(r"\n+")
+# A reply that opens with a bare verdict ("Yes.", "No, it is not.", "That's correct.") states nothing of its own:
+# it takes its meaning from the sentence after it, so it is released or withheld together with that one.
+_ANSWER_WORDS = frozenset({"yes", "no", "yeah", "nope", "correct", "incorrect", "true", "false", "right", "wrong",
+                           "indeed", "exactly", "absolutely", "sure", "certainly", "definitely", "not", "quite",
+                           "that", "that's", "this", "is", "it", "it's", "isn't", "so"})
+_WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
+_BARE_ANSWER_MAX_WORDS = 4
+
+
+def is_bare_answer(sentence: str) -> bool:
+    """A short sentence made only of answer words ("Yes.", "No, that's not right.")"""
+    words = _WORD.findall(sentence.lower().replace("\u2019", "'"))
+    return 0 < len(words) <= _BARE_ANSWER_MAX_WORDS and all(word in _ANSWER_WORDS for word in words)
 
 
 def complete_sentence_end(text: str) -> int | None:
@@ -150,6 +163,7 @@ class OutputGate:
         self.delivered = ""
         self.refused = False
         self._buffer = ""
+        self._held: str | None = None   # a bare answer waiting for the sentence it answers for
 
     @property
     def verifies(self) -> bool:
@@ -180,16 +194,36 @@ class OutputGate:
 
     def finish(self) -> str:
         """Gate whatever is left in the buffer (the last, unterminated sentence)."""
-        if self.refused or not self._buffer:
+        if self.refused:
             return ""
         rest, self._buffer = self._buffer, ""
-        released = self._gate(rest)
+        released = self._gate(rest) if rest else ""
+        if self._held is not None:   # a bare answer with nothing after it stands on its own
+            held, self._held = self._held, None
+            released += self._release(self._screen_pii(held))
         return released if self.release_at_end else ""
 
     def _gate(self, sentence: str) -> str:
         body = sentence.strip()
+        if body and self._held is None and not self.delivered.strip() and is_bare_answer(body):
+            self._held = sentence   # judged with the next sentence: "Yes." must not leave before a blocked claim
+            return ""
+        text, withheld = self._judge(sentence, body)
+        held, self._held = self._held, None
+        if held is not None:
+            if withheld or (body and not text.strip()):   # blocked, refused, or all of it PII-blocked
+                self.decisions.append(GateDecision(
+                    "output", "gate.bare_answer", "block",
+                    f"the opening {held.strip()!r} answered for a sentence that was withheld, so it was withheld too"))
+            else:
+                text = self._screen_pii(held) + text
+        return self._release(text)
+
+    def _judge(self, sentence: str, body: str) -> tuple[str, bool]:
+        """What of one sentence may be released, and whether the sentence itself was withheld (blocked, or
+        replaced by a refusal)."""
         if not body:
-            return self._release(sentence)
+            return sentence, False
         found = self._verify(body)
         self.claims.extend(found.claims)
         self.decisions.extend(found.decisions)
@@ -199,12 +233,12 @@ class OutputGate:
         if action == "refuse":
             self.refused = True
             rule = next(d.rule_id for d in found.decisions if d.action == "refuse")
-            return self._release(f"I can't provide this answer: it failed the {rule} check.")
+            return f"I can't provide this answer: it failed the {rule} check.", True
         if action == "block":
-            return ""
+            return "", True
         if action == "redact":
-            return self._release(self._screen_pii((found.redacted_text or "[redacted]") + trailing))
-        return self._release(self._screen_pii(sentence))
+            return self._screen_pii((found.redacted_text or "[redacted]") + trailing), False
+        return self._screen_pii(sentence), False
 
     def _verify(self, body: str) -> Verification:
         domains: list[str | None] = list(self.domains_for(body)) if self.domains_for else [self.domain]

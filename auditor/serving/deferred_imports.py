@@ -5,9 +5,9 @@ simple-icd-10-cm parses the whole ICD-10-CM XML table when it is imported (1.4 C
 process's start), and the validators use it only for sentences that quote an ICD-10-CM code. `defer()` puts a
 stand-in into `sys.modules` before the validators import it; the stand-in imports the real module on its first
 attribute access (whichever thread asks first, the others wait on the same lock), and `load_deferred()`, run by
-`auditor serve` on a background thread once its own loading is done and while the engine core still loads, does
-it ahead of most requests; `/ready` does not wait for it, so a request that needs one of them in the first second
-or two after ready waits for its import (and is served as it would be later).
+`auditor serve` on a background thread once its ready path is done, does it ahead of most requests; `/ready` does
+not wait for it, so a request that needs one of them in the first second or two after ready waits for its import
+(and is served as it would be later).
 
 eyecite (~1 CPU second of regex compiling on import) is imported inside the one function that uses it; `PRELOADED`
 names such modules, which `load_deferred` imports the same way (Python's per-module import locks make a request
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import sys
 import threading
 import types
@@ -27,6 +28,8 @@ from typing import Any
 
 DEFERRED = ("simple_icd_10_cm",)
 PRELOADED = ("eyecite.tokenizers",)
+
+logger = logging.getLogger("auditor")
 
 
 class _Deferred(types.ModuleType):
@@ -76,14 +79,18 @@ def load_deferred(preloaded: Iterable[str] = PRELOADED) -> None:
         importlib.import_module(name)
 
 
-def start_loading_deferred(then: Callable[[], None] | None = None) -> threading.Thread:
-    """`load_deferred`, then `then` (e.g. building the validators' registries), on a daemon thread (it holds the
-    GIL most of the time: start it once the ready path of this process is done). The thread ending means the
-    process is fully warm."""
+def start_loading_deferred(then: Callable[[], None] | None = None, *,
+                           first: Iterable[Callable[[], object]] = ()) -> threading.Thread:
+    """`first` (e.g. loading what requests that name no domain need), `load_deferred`, then `then` (e.g. building
+    the validators' registries), on a daemon thread (it holds the GIL most of the time: start it once the ready
+    path of this process is done). The thread ending means the process is fully warm. A step that fails is logged
+    and the next one runs: whatever needs what it loads tries again itself."""
     def run() -> None:
-        load_deferred()
-        if then is not None:
-            then()
+        for step in [*first, load_deferred, *([then] if then is not None else [])]:
+            try:
+                step()
+            except Exception:   # noqa: BLE001 - one failed load must not leave the rest unloaded
+                logger.exception("loading after ready: %s failed", getattr(step, "__name__", step))
 
     thread = threading.Thread(target=run, name="auditor-deferred-imports", daemon=True)
     thread.start()

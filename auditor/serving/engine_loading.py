@@ -104,37 +104,63 @@ def build_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], 
 
     Module-level and picklable with its arguments: it is what the engine-core process runs to build its
     engine. `kgs` may be domain names, loaded here (in that process) rather than sent across: from their
-    snapshots in `index_cache_dir` when there are any, and never through `load_kg`'s cache, so that they are
-    freed once compiled. With `kg_store` (an engine core in its own process) the constraint follows the store's
-    KG versions from here."""
+    snapshots in `index_cache_dir` when there are any (`_register_from_disk`), and never through `load_kg`'s
+    cache, so that they are freed once compiled. With `kg_store` (an engine core in its own process) the
+    constraint follows the store's KG versions from here."""
     from engine.llm_engine import LLMEngine
     from engine.loader import load_model_config
     from engine.memory import malloc_trim
     from engine.processors.json_mode import JsonModeProcessor
     from engine.processors.logit_bias import LogitBiasProcessor
-    from knowledge_graphs import build_kg, load_snapshot
     from knowledge_graphs.decoding.constraint import KGConstraintProcessor
 
     _require_model(path)
-    if not isinstance(kgs, Mapping):
-        kgs = {domain: load_snapshot(domain, index_cache_dir) if index_cache_dir is not None else build_kg(domain)
-               for domain in kgs}
     model_config = load_model_config(path)
     tokenizer = load_tokenizer(path, model_config)
+    constraint = KGConstraintProcessor(tokenizer, vocab_size=model_config.vocab_size,
+                                       eos_token_ids=tokenizer.eos_token_ids, kgs=dict(kgs) if isinstance(kgs, Mapping)
+                                       else None, limits=limits, index_cache_dir=index_cache_dir)
+    domains = list(kgs)
+    read_whole_kgs = isinstance(kgs, Mapping)
+    if not isinstance(kgs, Mapping):
+        for domain in domains:
+            read_whole_kgs |= _register_from_disk(constraint, domain, index_cache_dir)
+    del kgs
     processors = [
         JsonModeProcessor(tokenizer.backend, vocab_size=model_config.vocab_size, eos_token_ids=tokenizer.eos_token_ids),
-        KGConstraintProcessor(tokenizer, vocab_size=model_config.vocab_size, eos_token_ids=tokenizer.eos_token_ids,
-                              kgs=dict(kgs), limits=limits, index_cache_dir=index_cache_dir),
+        constraint,
         LogitBiasProcessor(model_config.vocab_size),
     ]
-    domains = list(kgs)
-    del kgs
     if kg_store is not None:
-        _follow_kg_versions_in_core(kg_store, domains, processors[1])
+        _follow_kg_versions_in_core(kg_store, domains, constraint)
     engine = LLMEngine.from_pretrained(path, config, logits_processors=processors)
-    gc.collect()
-    malloc_trim()   # what building the KGs and compiling left behind
+    if read_whole_kgs:   # what building or reading the KGs and compiling left behind (~0.3 CPU s to collect)
+        gc.collect()
+    malloc_trim()
     return engine
+
+
+def _register_from_disk(constraint: KGConstraintProcessor, domain: str, index_cache_dir: Path | None) -> bool:
+    """Register `domain` with the constraint, from its KG's outline when the snapshot has one (a warm start: the
+    whole KG is read only if the compiled index is not on disk). True when the whole KG was read or built."""
+    from knowledge_graphs import build_kg, load_snapshot
+    from knowledge_graphs.registry import load_snapshot_outline
+
+    if index_cache_dir is None:
+        constraint.register(build_kg(domain), domain=domain)
+        return True
+    outline = load_snapshot_outline(domain, index_cache_dir)
+    if outline is None:
+        constraint.register(load_snapshot(domain, index_cache_dir), domain=domain)   # writes the outline
+        return True
+    read: list[bool] = []
+
+    def whole_kg() -> KnowledgeGraph:
+        read.append(True)
+        return load_snapshot(domain, index_cache_dir)
+
+    constraint.register_outline(outline, whole_kg, domain=domain)
+    return bool(read)
 
 
 @dataclass(frozen=True, slots=True)

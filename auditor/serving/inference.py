@@ -5,7 +5,8 @@ commit. Streaming: the stream's opening row is committed before any piece is rel
 the start of generation; a store that takes no writes fails the request with 503 before the first byte);
 each sentence passes the output gate and is committed as a segment before it is sent
 (`auditor.trail.segments`); the chained record, which takes the segments over, is committed before the
-final chunk and `[DONE]`. If a write fails, the client gets
+last sentence, the final chunk and `[DONE]` (the record covers the last sentence, so it needs no segment
+commit of its own). If a write fails, the client gets
 an error event and nothing more, and the committed segments are recovered into an "error" record. A
 client that disconnects mid-stream still gets its request recorded, with status "error". So does a request
 whose engine died under it (the engine-core process was killed or crashed): it is recorded as failed and
@@ -168,6 +169,7 @@ class _Generation:
     first_release: float | None = None
     token_gaps: list[float] = field(default_factory=list)   # the engine's inter-token latencies (final stats)
     engine_seconds: float = 0.0
+    done: bool = False               # the backend's last output has been absorbed
 
     def absorb(self, out: RequestOutput) -> None:
         """Add one delta output (`output_kind="delta"`)."""
@@ -183,6 +185,7 @@ class _Generation:
                         "engine_e2e_s": stats.e2e_request_latency_seconds, "cached_tokens": stats.num_cached_tokens,
                         "preemptions": stats.num_preemptions}
         if out.finished:
+            self.done = True
             self.token_gaps = list(stats.inter_token_latency_seconds)
             self.engine_seconds = stats.engine_time_seconds
             self.timings["engine_s"] = round(stats.engine_time_seconds, 6)
@@ -297,12 +300,18 @@ class InferenceService:
         # before it has committed; a store that takes no writes still fails the request before the first byte.
         opened = _OpeningWrite(self._store(functools.partial(insert_opening, opening=opening)) if opening else None)
         record_attempted = False
+        last_piece = ""
         try:
             if prepared.input_gate.refusal is None:
                 index = 0
                 async for piece in self._generate(prepared, gate, generation):
                     if opening is not None:
                         await opened.committed()
+                        if generation.done or gate.refused:
+                            # The last piece: the record's commit covers it, so it leaves after that commit
+                            # instead of after a segment commit of its own (one fsync fewer per stream).
+                            last_piece = piece
+                            continue
                         index += 1
                         await self._store(functools.partial(insert_segment, opening=opening, index=index,
                                                             text=self._stored_text(prepared, piece)))
@@ -311,6 +320,8 @@ class InferenceService:
             outcome = self._finish_surface(prepared, gate, generation, self._outcome(prepared, gate, generation))
             record_attempted = True
             await self._record(prepared, gate, generation, outcome)
+            if last_piece:
+                yield last_piece
             yield outcome
         except InvalidRequestError as exc:  # the engine refused the request before any compute
             record_attempted = True
@@ -338,8 +349,9 @@ class InferenceService:
             if not record_attempted:  # client went away, or the engine failed: the trail still gets the request
                 with anyio.CancelScope(shield=True):
                     await opened.settled()
+                    unsent = len(last_piece)   # a held last piece never left: the trail must not say it did
                     await self._record_failure(prepared, gate, generation, "request ended before completion",
-                                               swallow=True)
+                                               swallow=True, delivered=gate.delivered[:len(gate.delivered) - unsent])
 
     def _opening(self, prepared: Prepared) -> StreamOpening:
         context = prepared.context

@@ -1,9 +1,9 @@
 """Streamed output, committed before it is flushed: no byte reaches a client without a committed row.
 
 A stream opens with a row of its own (a write, so a store that takes no writes fails the request with
-503 before the first byte), then commits each released sentence as a segment before the sentence is
-sent. The request's chained record covers everything delivered and deletes the segments in its own
-commit. If that record cannot be written (the store died mid-stream, the process was killed), the
+503 before the first byte), then commits each released sentence but the last as a segment before the sentence is
+sent. The request's chained record covers everything delivered (the last sentence leaves after it) and
+deletes the segments in its own commit. If that record cannot be written (the store died mid-stream, the process was killed), the
 segments stay, and `recover_interrupted_streams` turns them into a chained "error" record that says
 what was delivered.
 """

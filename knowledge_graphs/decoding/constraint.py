@@ -57,7 +57,7 @@ the guard alone leaves none, the engine ends the request with "constraint_dead_e
 from __future__ import annotations
 
 import codecs
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,7 +81,7 @@ from knowledge_graphs.decoding.index_cache import cache_key, load_or_compile
 from knowledge_graphs.decoding.surface_guard import GuardState, fold
 from knowledge_graphs.decoding.vocab_guard import SortedVocabulary
 from knowledge_graphs.decoding.vocab_text import token_bytes
-from knowledge_graphs.model import KnowledgeGraph
+from knowledge_graphs.model import KgOutline, KnowledgeGraph
 from knowledge_graphs.neighbourhood import DOMAIN_DEFAULTS, DomainDefaults, allowed_entities  # noqa: F401 - re-exported
 
 
@@ -137,16 +137,21 @@ class KGConstraintProcessor(LogitsProcessor):
 
     def register(self, kg: KnowledgeGraph, types: Collection[str] | None = None, *, domain: str | None = None) -> None:
         """Compile `kg` (entities of `types`, default DOMAIN_DEFAULTS) for requests naming `domain`."""
-        domain = domain or kg.domain
+        self.register_outline(KgOutline.of(kg), lambda: kg, types, domain=domain)
+
+    def register_outline(self, outline: KgOutline, load: Callable[[], KnowledgeGraph],
+                         types: Collection[str] | None = None, *, domain: str | None = None) -> None:
+        """`register` from the KG's outline: `load()` reads the whole KG only when the index is not on disk."""
+        domain = domain or outline.domain
         if types is None:
-            if kg.domain not in DOMAIN_DEFAULTS:
-                raise ValueError(f"no default constrained types for domain {kg.domain!r}: pass types=")
-            types = DOMAIN_DEFAULTS[kg.domain].types
+            if outline.domain not in DOMAIN_DEFAULTS:
+                raise ValueError(f"no default constrained types for domain {outline.domain!r}: pass types=")
+            types = DOMAIN_DEFAULTS[outline.domain].types
         has_word_chars = [f.strip() != "" for f in self.token_folded]
-        key = cache_key(kg, types, self.tokenizer, self.vocab_size)
+        key = cache_key(outline, types, self.tokenizer, self.vocab_size)
         compiled = load_or_compile(self.index_cache_dir, domain, key, lambda: compile_domain(
-            kg, frozenset(types), self.tokenizer, self.token_texts, has_word_chars, self.vocabulary))
-        self.domains[domain] = DomainMasks(kg, types, self.tokenizer, self.token_texts, self.eos_token_ids,
+            load(), frozenset(types), self.tokenizer, self.token_texts, has_word_chars, self.vocabulary))
+        self.domains[domain] = DomainMasks(outline, types, self.tokenizer, self.token_texts, self.eos_token_ids,
                                             self.limits, compiled, self.vocabulary)
 
     # -- protocol -------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from knowledge_graphs.decoding.surface_guard import (
 from knowledge_graphs.decoding.trie import ROOT, EncodingIndex, TokenTrie, encode_forms
 from knowledge_graphs.decoding.vocab_guard import SortedVocabulary, SurfaceGuard
 from knowledge_graphs.linking import MIN_FORM_CHARS
-from knowledge_graphs.model import KnowledgeGraph, normalise_alias
+from knowledge_graphs.model import KgOutline, KnowledgeGraph, normalise_alias
 
 MAX_CACHED_ENCODINGS = 50_000   # entities
 
@@ -149,17 +149,19 @@ def compile_domain(kg: KnowledgeGraph, types: Collection[str], tokenizer: Tokeni
 
 class DomainMasks:
     def __init__(
-        self, kg: KnowledgeGraph, types: Collection[str], tokenizer: Tokenizer, token_texts: Sequence[str],
+        self, kg: KnowledgeGraph | KgOutline, types: Collection[str], tokenizer: Tokenizer, token_texts: Sequence[str],
         eos_token_ids: Collection[int], limits: CacheLimits | None = None, compiled: dict[str, Any] | None = None,
         vocabulary: SortedVocabulary | None = None,
     ) -> None:
         """compiled: what `compile_domain` returns for this (KG, types, tokenizer), e.g. read back from the
-        on-disk index cache (`knowledge_graphs.decoding.index_cache`); built here when not given.
+        on-disk index cache (`knowledge_graphs.decoding.index_cache`); built here when not given (then `kg` must be
+        the whole KG, not its outline).
         vocabulary: `token_texts` folded and sorted, one for every domain of a processor (built here if None)."""
         # the KG itself is not kept: an engine core holds these masks for its whole life, and needs of the KG
         # only which ids exist (to refuse unknown ones)
-        self.kg_version = kg.version
-        self.known_entity_ids = frozenset(entity.id for entity in kg.entities())
+        outline = kg if isinstance(kg, KgOutline) else KgOutline.of(kg)
+        self.kg_version = outline.version
+        self.known_entity_ids = outline.entity_ids
         self.limits = limits or CacheLimits()
         self.types = frozenset(types)
         self.vocab_size = len(token_texts)
@@ -168,7 +170,9 @@ class DomainMasks:
         vocabulary = vocabulary or SortedVocabulary(token_texts)
         folded = vocabulary.folded
         self.has_word_chars = [f.strip() != "" for f in folded]
-        compiled = compiled or compile_domain(kg, self.types, tokenizer, token_texts, self.has_word_chars, vocabulary)
+        if compiled is None:
+            assert isinstance(kg, KnowledgeGraph), "compiling needs the whole KG"
+            compiled = compile_domain(kg, self.types, tokenizer, token_texts, self.has_word_chars, vocabulary)
         self.entity_ids: frozenset[str] = compiled["entity_ids"]
         self.forms_by_entity: dict[str, list[str]] = compiled["forms_by_entity"]
         self.name_trie: NameTrie = compiled["name_trie"]

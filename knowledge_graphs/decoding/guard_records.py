@@ -27,7 +27,9 @@ cover) needs the carrier-tracking walk: `evaluate` returns None and the caller f
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -63,6 +65,73 @@ class Records:
     close_name: np.ndarray    # bool [c] a name ends there
     close_space: np.ndarray   # int64 [c] its space child, or the sentinel node (never live)
     close_names: int
+
+
+_ARRAY_FIELDS = tuple(f.name for f in fields(Records) if f.name not in ("exact_names", "exact_words", "close_names"))
+_EXACT_FIELDS = tuple(name for name in _ARRAY_FIELDS if name.startswith("exact_"))
+_CLOSE_FIELDS = tuple(name for name in _ARRAY_FIELDS if name.startswith("close_"))
+_BOOL_FIELDS = ("exact_name", "exact_spaced", "close_name")
+
+
+class PackedRecords:
+    """The records a guard keeps, (trie node, boundary) -> `Records`, held as one array per `Records` field
+    concatenated over all records, plus where each record's rows start.
+
+    Why: the medical index keeps ~23k records of 14 small arrays each, and unpickling ~320k arrays was half a
+    second of the engine core's start (numpy's per-array cost); packed, the whole thing is ~20 arrays. A record
+    is cut out as views on first use and kept (the same arrays as before, so `evaluate` reads it as it did)."""
+
+    def __init__(self, records: Mapping[tuple[int, bool], Records]) -> None:
+        keys = list(records)
+        self._nodes = np.array([node for node, _ in keys], dtype=np.int64)
+        self._boundaries = np.array([boundary for _, boundary in keys], dtype=bool)
+        found = [records[key] for key in keys]
+        # rows of record i: [offsets[i], offsets[i + 1]) in every column of its kind
+        self._exact_offsets = np.cumsum([0] + [len(r.exact_lo) for r in found], dtype=np.int64)
+        self._close_offsets = np.cumsum([0] + [len(r.close_lo) for r in found], dtype=np.int64)
+        self._counts = np.array([(r.exact_names, r.exact_words, r.close_names) for r in found],
+                                dtype=np.int64).reshape(-1, 3)
+        self._columns = {name: np.concatenate([getattr(r, name) for r in found]) if found
+                         else np.zeros(0, dtype=bool if name in _BOOL_FIELDS else np.int64) for name in _ARRAY_FIELDS}
+        self._index_keys()
+
+    def _index_keys(self) -> None:
+        self._position = dict(zip(zip(self._nodes.tolist(), self._boundaries.tolist(), strict=True),
+                                  range(len(self._nodes)), strict=True))
+        self._cut: dict[tuple[int, bool], Records] = {}
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._position
+
+    def keys(self) -> list[tuple[int, bool]]:
+        return list(self._position)
+
+    def get(self, key: tuple[int, bool]) -> Records | None:
+        found = self._cut.get(key)
+        if found is not None:
+            return found
+        i = self._position.get(key)
+        if i is None:
+            return None
+        e0, e1 = self._exact_offsets[i], self._exact_offsets[i + 1]
+        c0, c1 = self._close_offsets[i], self._close_offsets[i + 1]
+        exact_names, exact_words, close_names = self._counts[i].tolist()
+        columns = self._columns
+        found = Records(**{name: columns[name][e0:e1] for name in _EXACT_FIELDS},
+                        **{name: columns[name][c0:c1] for name in _CLOSE_FIELDS},
+                        exact_names=exact_names, exact_words=exact_words, close_names=close_names)
+        self._cut[key] = found   # two threads may cut the same record: equal either way
+        return found
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: value for name, value in vars(self).items() if name not in ("_position", "_cut")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        vars(self).update(state)
+        self._index_keys()
 
 
 def prefix_range(strings: list[str], prefix: str, lo: int, hi: int) -> tuple[int, int]:

@@ -29,7 +29,7 @@ from knowledge_graphs.decoding import (
     vocab_guard,
     vocab_text,
 )
-from knowledge_graphs.model import KnowledgeGraph
+from knowledge_graphs.model import KgOutline, KnowledgeGraph
 
 _FORMAT = b"kgidx1\n"
 
@@ -41,7 +41,7 @@ def code_version() -> str:
     return disk_cache.files_version(Path(module.__file__ or "") for module in modules)
 
 
-def cache_key(kg: KnowledgeGraph, types: Collection[str], tokenizer: Tokenizer, vocab_size: int) -> str:
+def cache_key(kg: KnowledgeGraph | KgOutline, types: Collection[str], tokenizer: Tokenizer, vocab_size: int) -> str:
     parts = [kg.version, sorted(types), hashlib.sha256(tokenizer.to_str().encode()).hexdigest(), vocab_size,
              code_version(), list(sys.version_info[:2]), np.__version__, pickle.HIGHEST_PROTOCOL]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from knowledge_graphs.decoding.guard_records import (
+    PackedRecords,
     Records,
     evaluate,
     prefix_range,
@@ -122,14 +123,15 @@ class SurfaceGuard:
             self._multi[boundary] = multi
         # `blocked` memo: (open matches, boundary, allowed names below them) -> (guard ids, dead-word ids)
         self._shared: dict[tuple[frozenset[int], bool, frozenset[int]], tuple[np.ndarray, np.ndarray]] = {}
-        self._records: dict[tuple[int, bool], Records] = {}       # shallow nodes, kept
         self._lazy_records: dict[tuple[int, bool], Records] = {}  # deeper nodes, bounded
+        shallow: dict[tuple[int, bool], Records] = {}
         frontier = [0]
         for _ in range(precompute_depth):
             frontier = [c for n in frontier for c in trie.children(n)]
             for node in frontier:
                 boundary = trie.char(node) == SPACE
-                self._records[node, boundary] = walk_records(trie, self._sorted[boundary], node)
+                shallow[node, boundary] = walk_records(trie, self._sorted[boundary], node)
+        self._records = PackedRecords(shallow)   # shallow nodes, kept (packed: the index cache reads it fast)
 
     def share_vocabulary(self, vocabulary: SortedVocabulary) -> None:
         """Hold the processor's one copy of the sorted vocabulary instead of this guard's own (a guard read

@@ -21,16 +21,28 @@ _MONTHS["sept"] = 9
 _MONTH = r"(?P<month>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
 _YEAR = r"(?P<year>1[6-9]\d{2}|20\d{2})"
 _SHORT_YEAR = r"[’'](?P<short>\d{2})\b"
-_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("day", re.compile(r"\b(?P<year>1[6-9]\d{2}|20\d{2})-(?P<m>\d{2})-(?P<d>\d{2})\b")),
-    ("day", re.compile(rf"\b{_MONTH}\s+(?P<day>\d{{1,2}})(?:st|nd|rd|th)?,?\s+{_YEAR}\b", re.I)),
-    ("day", re.compile(rf"\b(?P<day>\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH},?\s+{_YEAR}\b", re.I)),
-    ("month", re.compile(rf"\b{_MONTH}\s+(?:of\s+)?{_YEAR}\b", re.I)),
-    ("month", re.compile(rf"\b{_MONTH}\s+{_SHORT_YEAR}", re.I)),
-    ("season", re.compile(rf"\b(?P<season>spring|summer|fall|autumn|winter|early|late|mid|middle)(?:\s+of)?[\s-]+{_YEAR}\b", re.I)),
-    ("decade", re.compile(r"\b(?:the\s+)?(?P<part>early|mid|late)?-?\s*(?P<decade>1[6-9]\d0|20\d0)s\b", re.I)),
-    ("year", re.compile(rf"(?<![\d,.$€£-]){_YEAR}(?!\d|,\d|%)")),
-    ("year", re.compile(rf"(?<!\w){_SHORT_YEAR}")),
+# What each pattern cannot match without: a four-digit year, a month name (every name and abbreviation starts
+# with one of these), an apostrophe before two digits, a decade's "0s". A text lacking one skips the patterns
+# that need it: most sentences hold no date, and the month patterns cost the most (an alternation under re.I).
+_NEEDS: dict[str, re.Pattern[str]] = {
+    "year": re.compile(r"1[6-9]\d{2}|20\d{2}"),
+    "month": re.compile(r"jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec", re.I),
+    "short": re.compile(r"[’']\d{2}"),
+    "decade": re.compile(r"\d0s", re.I),
+}
+_PATTERNS: list[tuple[str, tuple[str, ...], re.Pattern[str]]] = [
+    ("day", ("year",), re.compile(r"\b(?P<year>1[6-9]\d{2}|20\d{2})-(?P<m>\d{2})-(?P<d>\d{2})\b")),
+    ("day", ("year", "month"), re.compile(rf"\b{_MONTH}\s+(?P<day>\d{{1,2}})(?:st|nd|rd|th)?,?\s+{_YEAR}\b", re.I)),
+    ("day", ("year", "month"),
+     re.compile(rf"\b(?P<day>\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH},?\s+{_YEAR}\b", re.I)),
+    ("month", ("year", "month"), re.compile(rf"\b{_MONTH}\s+(?:of\s+)?{_YEAR}\b", re.I)),
+    ("month", ("short", "month"), re.compile(rf"\b{_MONTH}\s+{_SHORT_YEAR}", re.I)),
+    ("season", ("year",),
+     re.compile(rf"\b(?P<season>spring|summer|fall|autumn|winter|early|late|mid|middle)(?:\s+of)?[\s-]+{_YEAR}\b", re.I)),
+    ("decade", ("decade",),
+     re.compile(r"\b(?:the\s+)?(?P<part>early|mid|late)?-?\s*(?P<decade>1[6-9]\d0|20\d0)s\b", re.I)),
+    ("year", ("year",), re.compile(rf"(?<![\d,.$€£-]){_YEAR}(?!\d|,\d|%)")),
+    ("year", ("short",), re.compile(rf"(?<!\w){_SHORT_YEAR}")),
 ]
 
 
@@ -80,7 +92,12 @@ def find_dates(text: str) -> tuple[DateMention, ...]:
     view = numeric_view(text)
     out: list[DateMention] = []
     taken: list[tuple[int, int]] = []
-    for precision, pattern in _PATTERNS:
+    present = {need for need, probe in _NEEDS.items() if probe.search(view.text)}
+    if not present:
+        return ()
+    for precision, needs, pattern in _PATTERNS:
+        if not present.issuperset(needs):
+            continue
         for match in pattern.finditer(view.text):
             if any(s < match.end() and match.start() < e for s, e in taken):
                 continue

@@ -11,7 +11,7 @@ import pytest
 from knowledge_graphs import disk_cache, snapshot
 from knowledge_graphs.curated import DATA_DIR
 from knowledge_graphs.linking import EntityLinker
-from knowledge_graphs.model import KnowledgeGraph
+from knowledge_graphs.model import KgOutline, KnowledgeGraph
 from tests.knowledge_graphs.conftest import medical_kg
 
 MAGIC = b"test1\n"
@@ -133,3 +133,32 @@ def test_an_unwritable_cache_directory_costs_a_rebuild_not_a_failure(tmp_path: P
     blocker.write_text("not a folder")
     value = disk_cache.load_or_build(blocker / "sub" / "x.bin", MAGIC, lambda: [1, 2], accept=lambda found: True)
     assert value == [1, 2]
+
+
+def test_a_snapshot_keeps_an_outline_of_its_kg_that_goes_with_its_key(tmp_path: Path) -> None:
+    assert snapshot.load_outline("medical", tmp_path) is None   # nothing built yet
+    kg = snapshot.load_kg("medical", tmp_path, _counting_build([]))
+    outline = snapshot.load_outline("medical", tmp_path)
+    assert outline == KgOutline.of(kg) and outline.version == kg.version
+    assert "drug:metformin" in outline.entity_ids and len(outline.entity_ids) == len(list(kg.entities()))
+    [path] = tmp_path.glob("medical-*.kgoutline")
+    path.write_bytes(path.read_bytes()[:-3])   # damaged: no outline, never a wrong one
+    assert snapshot.load_outline("medical", tmp_path) is None
+    snapshot.load_kg("medical", tmp_path, _counting_build([]))   # the next read of the KG writes it again
+    assert snapshot.load_outline("medical", tmp_path) == outline
+
+
+def test_changed_curated_data_has_no_outline_until_its_kg_is_read(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(DATA_DIR / "finance", data / "finance")
+    cache = tmp_path / "cache"
+    snapshot.kg_key.cache_clear()
+    try:
+        snapshot.load_kg("finance", cache, lambda: KnowledgeGraph("finance", [], []), data_dir=data)
+        assert snapshot.load_outline("finance", cache, data_dir=data) is not None
+        first = next(p for p in sorted((data / "finance").rglob("*")) if p.is_file())
+        first.write_bytes(first.read_bytes() + b"\n# changed\n")
+        snapshot.kg_key.cache_clear()
+        assert snapshot.load_outline("finance", cache, data_dir=data) is None
+    finally:
+        snapshot.kg_key.cache_clear()

@@ -109,7 +109,9 @@ def test_a_failed_final_commit_leaves_committed_segments_that_become_a_record(ap
     finally:
         event.remove(store, "before_cursor_execute", refuse_records)
     delivered = _delivered(_events(body))
-    assert delivered.count("Sentence number") == 12
+    # Each sentence but the last left after its own segment commit; the last one's commit is the record's,
+    # which failed, so it never left.
+    assert delivered.count("Sentence number") == 11 and "Sentence number 11" not in delivered
     engine = create_engine(store_url)
     record = _wait_for_record(engine, audit_id)
     assert record.status == "error" and record.delivered_output == delivered and "recovered" in record.error
@@ -194,3 +196,29 @@ def test_segments_hold_only_the_stored_form_of_the_text(app_on, sql, sqlite_stor
     with sql(sqlite_store).connect() as conn:
         stored = " ".join(t or "" for t in conn.execute(text("SELECT text FROM stream_segments")).scalars())
     assert "[EMAIL]" in stored and "jane.doe" not in stored
+
+
+def test_the_last_sentence_leaves_under_the_records_commit_not_a_segment_of_its_own(app_on, sqlite_store: str) -> None:
+    """Every sentence but the last is committed as a segment before it is sent; the last is covered by the
+    record's commit (one commit fewer per stream), and the client still receives all of it."""
+    from sqlalchemy import event
+
+    client = app_on(sqlite_store, reply="Metformin lowers glucose. It is taken with meals. Doses vary.")
+    store = client.app.state.services.database.engine
+    segment_rows: list[str] = []
+
+    def watch(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("INSERT INTO STREAM_SEGMENTS"):
+            segment_rows.extend(map(repr, parameters if executemany else [parameters]))
+
+    event.listen(store, "before_cursor_execute", watch)
+    try:
+        with client.stream("POST", "/v1/chat/completions", json=STREAM) as response:
+            body = response.read().decode()
+    finally:
+        event.remove(store, "before_cursor_execute", watch)
+    delivered = _delivered(_events(body))
+    assert "Doses vary." in delivered and "[DONE]" in body
+    assert len(segment_rows) == 3                        # the opening row and the first two sentences
+    assert any("Metformin lowers" in row for row in segment_rows)
+    assert not any("Doses vary" in row for row in segment_rows)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from functools import cache
+from functools import cache, lru_cache
 from types import ModuleType
 from typing import Any
 
@@ -29,6 +29,7 @@ from stdnum.exceptions import InvalidChecksum, ValidationError
 from stdnum.gb import sedol
 from stdnum.us import rtn
 
+from knowledge_graphs.model import KnowledgeGraph
 from rules.claims import Document, Sentence
 from rules.report import Evidence, Resolution, Verdict
 from rules.validators.base import CitationCheck, Finding, kg_evidence, package_source, validator
@@ -374,7 +375,7 @@ def identifier_formats(doc: Document, params: Mapping[str, Any]) -> list[Finding
     """"An ISIN has twelve characters", "A BIC is either 8 or 11 characters", "defined by ISO 6166"."""
     if doc.kg is None:
         return []
-    types = {e.name.casefold(): e for e in doc.kg.entities("identifier_type")}
+    types = _identifier_types(id(doc.kg), doc.kg.version, doc.kg)
     findings: list[Finding] = []
     view = doc.view
     for seg in doc.segments:
@@ -425,6 +426,12 @@ def _view_index(view: Any, offset: int) -> int:
         else:
             hi = mid
     return lo
+
+
+@lru_cache(maxsize=8)   # per KG version: `entities(type)` walks every entity, 10k more after an SDN import
+def _identifier_types(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> dict[str, Any]:
+    """The KG's identifier types by casefolded name (read-only)."""
+    return {e.name.casefold(): e for e in kg.entities("identifier_type")}
 
 
 def _identifier_type(doc: Document, types: dict[str, Any], clause: tuple[int, int], position: int) -> Any:

@@ -187,9 +187,8 @@ def _family_member(doc: Document, family: str, institution: str | None) -> tuple
     return tuple(e.id for e in doc.kg.lookup(alias) if e.type == "regulation")
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=8)   # per KG version: `entities(type)` walks every entity, 10k more after an SDN import
 def _regulation_ids(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> tuple[str, ...]:
-    """The KG's regulation ids (listing them scans every entity: done once per KG version)."""
     return tuple(e.id for e in kg.entities("regulation"))
 
 
@@ -201,7 +200,8 @@ def _facts(doc: Document, regulation: _Regulation, currency: str, clause_text: s
     for rid in regulation.ids:
         if "-art-" in rid:
             prefix = rid.split("-art-")[0] + "-art-"
-            ids += [i for i in _regulation_ids(id(doc.kg), doc.kg.version, doc.kg) if i.startswith(prefix) and i not in ids]
+            ids += [rid for rid in _regulation_ids(id(doc.kg), doc.kg.version, doc.kg)
+                    if rid.startswith(prefix) and rid not in ids]
     facts = [f for rid in ids for f in doc.kg.facts(rid, "threshold") if str(f.unit).upper() == currency]
     if not re.search(r"no suspect|regardless of (?:whether )?a suspect|without a suspect|cannot be identified", clause_text, re.I):
         facts = [f for f in facts if not f.qualifiers.get("condition")] or facts

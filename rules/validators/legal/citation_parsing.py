@@ -15,6 +15,8 @@ from typing import Any
 
 import reporters_db
 
+from rules.validators.legal.citation_tokens import citation_tokenizer
+
 # volume + reporter-ish token (capitalised abbreviations, at least one period) + page
 _CITATION_SHAPE = re.compile(
     r"\b(?P<volume>\d{1,4})\s+(?P<reporter>(?:[A-Z][A-Za-z']{0,9}\.?\s?){1,5}(?:\d(?:d|th|st|nd|rd)\.?)?)\s+"
@@ -104,9 +106,8 @@ def find_case_citations(text: str) -> list[CaseCitation]:
     # Imported here: eyecite compiles its reporter regexes on import (~1 CPU second), which `auditor serve` does
     # after `/ready` (auditor.serving.deferred_imports); the first legal request waits for it if it comes sooner.
     from eyecite.models import CitationToken
-    from eyecite.tokenizers import default_tokenizer
 
-    _, tokens = default_tokenizer.tokenize(text)
+    _, tokens = citation_tokenizer().tokenize(text)
     for _, token in tokens:
         if not isinstance(token, CitationToken) or "page" not in token.groups or "volume" not in token.groups:
             continue

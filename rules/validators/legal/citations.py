@@ -158,9 +158,19 @@ def _initials(party: str) -> str:
 
 # -- KG indexes -------------------------------------------------------------------------------------------
 class CaseIndex:
+    """Cases and documented fabrications by citation, and by the words of their parties' names.
+
+    A name is looked up by its plaintiff's first significant word (`by_word`), and within that bucket by
+    the first letters of its defendant's words (`by_word_letter`): an imported table can hold thousands
+    of "United States v. ..." cases, and `names_equivalent` needs a defendant word of one name to equal
+    or abbreviate one of the other's, so the two share a first letter. Entities without one cannot match.
+    """
+
     def __init__(self, kg: KnowledgeGraph):
         self.by_citation: dict[str, Entity] = {}
         self.by_word: dict[str, list[Entity]] = {}     # plaintiff word -> cases and fabrications
+        # (plaintiff word, first letter of a defendant word) -> positions in by_word[word], ascending
+        self.by_word_letter: dict[tuple[str, str], list[int]] = {}
         self.cases: list[Entity] = list(kg.entities("case"))
         self.fabricated: list[Entity] = list(kg.entities("fabricated_citation"))
         self.fabricated_by_citation: dict[str, Entity] = {}
@@ -172,28 +182,43 @@ class CaseIndex:
             key = _entity_citation_key(fake)
             if key:
                 self.fabricated_by_citation[key] = fake
+        # each KG entity once per bucket (a KG holds one entity per id, so identity is equality here)
+        in_bucket: set[tuple[str, int]] = set()
         for entity in [*self.cases, *self.fabricated]:
-            for form in entity.surface_forms:
-                parties = _parties(form)
-                for word in set(_party_words(parties[0])) if parties else ():
+            forms = [parties for parties in map(_parties, entity.surface_forms) if parties is not None]
+            # any of its forms may be the one that matches a cited name: the letters of all of them
+            letters = {word[0] for _, defendant in forms for word in _party_words(defendant)}
+            for plaintiff, _ in forms:
+                for word in set(_party_words(plaintiff)):
+                    if (word, id(entity)) in in_bucket:
+                        continue
+                    in_bucket.add((word, id(entity)))
                     bucket = self.by_word.setdefault(word, [])
-                    if entity not in bucket:
-                        bucket.append(entity)
+                    for letter in letters:
+                        self.by_word_letter.setdefault((word, letter), []).append(len(bucket))
+                    bucket.append(entity)
 
-    def _candidates(self, name: str, entity_type: str) -> list[Entity]:
-        """Records whose plaintiff contains the cited plaintiff's first significant word."""
+    def _named(self, name: str, entity_type: str) -> list[Entity]:
+        """Records whose plaintiff holds the cited plaintiff's first significant word and one of whose forms
+        is `names_equivalent` to `name`, in the KG's order."""
         parties = _parties(name)
-        words = _party_words(parties[0]) if parties else []
-        if not words:
+        if parties is None:
+            return []            # not "A v. B": equivalent to nothing
+        plaintiff, defendant = _party_words(parties[0]), _party_words(parties[1])
+        if not plaintiff or not defendant:
             return []
-        return [e for e in self.by_word.get(words[0], []) if e.type == entity_type]
+        bucket = self.by_word.get(plaintiff[0], [])
+        positions: set[int] = set()
+        for letter in {word[0] for word in defendant}:
+            positions.update(self.by_word_letter.get((plaintiff[0], letter), ()))
+        return [entity for entity in (bucket[i] for i in sorted(positions)) if entity.type == entity_type
+                and any(names_equivalent(name, form) for form in entity.surface_forms)]
 
     def cases_named(self, name: str) -> list[Entity]:
-        return [c for c in self._candidates(name, "case") if any(names_equivalent(name, f) for f in c.surface_forms)]
+        return self._named(name, "case")
 
     def fabricated_named(self, name: str) -> list[Entity]:
-        return [f for f in self._candidates(name, "fabricated_citation")
-                if any(names_equivalent(name, form) for form in f.surface_forms)]
+        return self._named(name, "fabricated_citation")
 
 
 def _entity_citation_key(entity: Entity) -> str | None:

@@ -55,3 +55,21 @@ def test_an_imported_module_or_an_unknown_name_is_left_alone() -> None:
 
     deferred_imports.defer(["json", "no_such_module_anywhere"])
     assert sys.modules["json"] is json and "no_such_module_anywhere" not in sys.modules
+
+
+def test_the_first_steps_run_before_the_deferred_imports_and_a_failed_step_stops_nothing(slow_module: str) -> None:
+    import builtins
+
+    deferred_imports.defer([slow_module])
+    order: list[str] = []
+
+    def failing_load() -> None:
+        order.append("detector")
+        raise OSError("MiniLM weights unreadable")
+
+    def registries() -> None:
+        order.append(f"registries after {len(builtins._deferred_probe_runs)} deferred import(s)")
+
+    loader = deferred_imports.start_loading_deferred(registries, first=[failing_load])
+    loader.join(10)
+    assert order == ["detector", "registries after 1 deferred import(s)"]

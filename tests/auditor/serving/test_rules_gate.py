@@ -65,3 +65,30 @@ def test_expansion_prefilter_reads_descriptions_as_the_full_pass_does() -> None:
 
     assert content_words("T2DM with HTN") == content_words("type 2 diabetes mellitus with hypertension")
     assert content_words("Essential (primary) hypertension") == frozenset({"essential", "primary", "hypertension"})
+
+
+def test_a_bare_opening_answer_is_withheld_with_the_blocked_sentence_it_answers_for() -> None:
+    # "Yes." means whatever the next sentence says: released before a contradicted dose is blocked, it would
+    # tell the user "yes" to the wrong dose. It is judged with that sentence, and streamed deltas change nothing.
+    for opening in ("Yes. ", "Yes, that's correct. ", "Absolutely! "):
+        verifier = RulesVerifier({"medical": tiny_medical_kg()})
+        gate = OutputGate(verifier, domain="medical", prompt="Can I take metformin 9000 mg daily?")
+        text = opening + "You can take metformin 9000 mg daily. Ask your doctor."
+        released = "".join(gate.feed(ch) for ch in text) + gate.finish()
+        assert released == "Ask your doctor.", (opening, released)
+        assert "gate.bare_answer" in [d.rule_id for d in gate.decisions if d.action == "block"]
+
+
+def test_a_bare_opening_answer_leaves_with_a_sentence_that_passes_and_alone_when_nothing_follows() -> None:
+    verifier = RulesVerifier({"medical": tiny_medical_kg()})
+    gate = OutputGate(verifier, domain="medical", prompt="Is metformin used for type 2 diabetes?")
+    first = gate.feed("No. ")
+    assert first == ""                                         # held until the sentence it answers for
+    released = first + gate.feed("Metformin is indicated for type 2 diabetes. ") + gate.finish()
+    assert released == "No. Metformin is indicated for type 2 diabetes. "
+    alone = OutputGate(verifier, domain="medical", prompt="Is it safe?")
+    assert alone.feed("Yes.") + alone.finish() == "Yes." and alone.delivered == "Yes."
+    # only an opening is held: a short verdict later in the answer is judged on its own, as before
+    later = OutputGate(verifier, domain="medical", prompt="?")
+    assert later.feed("Metformin is indicated for type 2 diabetes. Correct. ") + later.finish() == (
+        "Metformin is indicated for type 2 diabetes. Correct. ")

@@ -11,7 +11,7 @@ import torch
 from engine.sampling_params import SamplingParams
 from knowledge_graphs.decoding import constraint_masks
 from knowledge_graphs.decoding.constraint import KGConstraintProcessor
-from knowledge_graphs.model import Entity, KnowledgeGraph, Provenance
+from knowledge_graphs.model import Entity, KgOutline, KnowledgeGraph, Provenance
 from tests.knowledge_graphs.conftest import ENTITIES, FACTS
 
 ALLOWED = ["drug:metformin", "condition:t2d"]
@@ -110,3 +110,26 @@ def test_an_unwritable_cache_dir_still_starts(kg, tokenizer, tmp_path) -> None:
     blocker.write_text("a file where the directory should be")
     processor = _processor(kg, tokenizer, blocker / "cache")
     assert "drug:metformin" in processor.domains["medical"].entity_ids
+
+
+def test_registering_from_the_outline_reads_no_kg_when_the_index_is_on_disk(kg, tokenizer, tmp_path) -> None:
+    cold = _processor(kg, tokenizer, tmp_path)   # compiles and writes the index
+    reads: list[int] = []
+
+    def whole_kg() -> KnowledgeGraph:
+        reads.append(1)
+        return kg
+
+    eos = tokenizer.token_to_id("</s>") or 0
+    warm = KGConstraintProcessor(tokenizer, vocab_size=tokenizer.get_vocab_size(), eos_token_ids=[eos],
+                                 index_cache_dir=tmp_path)
+    warm.register_outline(KgOutline.of(kg), whole_kg)
+    assert reads == []
+    assert warm.domains["medical"].kg_version == kg.version
+    assert warm.domains["medical"].known_entity_ids == cold.domains["medical"].known_entity_ids
+    text = " Metformin and metoprolol for type 2 diabetes"
+    assert _first_masks(warm, tokenizer, text) == _first_masks(cold, tokenizer, text)
+    elsewhere = KGConstraintProcessor(tokenizer, vocab_size=tokenizer.get_vocab_size(), eos_token_ids=[eos],
+                                      index_cache_dir=tmp_path / "empty")
+    elsewhere.register_outline(KgOutline.of(kg), whole_kg)   # no index there: the whole KG is read to compile it
+    assert reads == [1] and _first_masks(elsewhere, tokenizer, text) == _first_masks(cold, tokenizer, text)

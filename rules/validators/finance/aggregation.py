@@ -24,6 +24,9 @@ _TOGETHER = re.compile(r"\b(?:added together|add(?:s|ed)? (?:them )?up|aggregat\
                        r"summed|count(?:s|ed)? as (?:one|a single)|treat(?:s|ed)?\b[^.;]{0,80}\bas (?:one|a single)|linked transactions|"
                        r"related transactions)\b", re.I)
 _APART = re.compile(r"\b(?:separately|individually|on (?:its|their) own|one at a time|per account|in isolation)\b", re.I)
+# every cue of _TOGETHER and _APART contains one of these
+_CUE_WORDS = ("together", "aggregat", "combined", "total", "summed", "count", "treat", "linked", "related",
+              "separately", "individually", "own", "one at a time", "per account", "isolation", "add")
 _NEGATION = re.compile(r"\b(?:not|never|no|n't|rather than|instead of)\W+(?:\w+\W+){0,3}$", re.I)
 # a rule described rather than named: (pattern over the sentence, KG alias it means)
 _DESCRIBED = [
@@ -39,8 +42,9 @@ def aggregation(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
     if doc.kg is None:
         return []
     findings: list[Finding] = []
-    if not (_TOGETHER.search(doc.text) or _APART.search(doc.text)):
-        return findings     # one scan of the text spares a scan per sentence
+    folded = doc.text.casefold()
+    if not any(word in folded for word in _CUE_WORDS) or not (_TOGETHER.search(doc.text) or _APART.search(doc.text)):
+        return findings     # substring tests, then one scan of the text, spare a scan per sentence
     for sentence in doc.sentences:
         said = _stated(sentence.text)
         if said is None:

@@ -60,6 +60,7 @@ class Register:
     by_value: dict[str, Registered]
     by_name: dict[str, tuple[Entity, ...]]          # normalised name -> issuers (no repeats)
     names: re.Pattern[str] | None                   # every name as written, longest first
+    first_words: frozenset[str]                     # the first word of every name: a cheap test before `names`
 
 
 @lru_cache(maxsize=4096)
@@ -94,7 +95,8 @@ def register(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> Register:
                 by_value[value[4:11]] = Registered(issuer, "sedol", value[4:11], share_class, ticker, fact)
     ordered = sorted(written, key=len, reverse=True)
     names = re.compile(r"(?<![\w])(?:" + "|".join(re.escape(n) for n in ordered) + r")(?![\w])") if ordered else None
-    return Register(by_value, {k: tuple(v.values()) for k, v in by_name.items()}, names)
+    first_words = frozenset(re.split(r"[\s,]", n, maxsplit=1)[0] for n in written)
+    return Register(by_value, {k: tuple(v.values()) for k, v in by_name.items()}, names, first_words)
 
 
 def named_issuers(reg: Register, said: str) -> tuple[Entity, ...]:
@@ -125,6 +127,9 @@ def issuer_in_clause(doc: Document, start: int) -> str | None:
     if reg.names is None:
         return None
     clause = doc.clause_of(start)
+    words = {w.rstrip(".") for w in re.findall(r"[\w&.'’-]+", doc.text[clause[0]:start])}
+    if reg.first_words.isdisjoint(words | {w[:-2] for w in words if w.endswith(("'s", "’s"))}):
+        return None
     found = {normalise_name(m.group(0)): m.group(0) for m in reg.names.finditer(doc.text, clause[0], start)}
     return next(iter(found.values())) if len(found) == 1 else None
 

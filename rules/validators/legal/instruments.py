@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
-from knowledge_graphs.model import Entity
+from knowledge_graphs.model import Entity, KnowledgeGraph
 from rules.claims import Document
 from rules.extraction.dates import find_dates
 from rules.validators.base import Finding, kg_evidence, validator
@@ -36,14 +37,22 @@ def eu_instruments(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
     """EU instrument numbers and dates stated for an instrument the KG holds."""
     if doc.kg is None:
         return []
-    instruments = [e for e in doc.kg.entities("statute") if _NUMBER.fullmatch(e.name)]
-    if not instruments:
-        return []
-    if _named(doc, instruments, 0, len(doc.text)) is None:
+    instruments, forms = _instruments(id(doc.kg), doc.kg.version, doc.kg)
+    folded = doc.text.casefold()
+    if not any(form in folded for form in forms) or _named(doc, instruments, 0, len(doc.text)) is None:
         return []       # no instrument the KG holds is named: nothing to pair a number or date with
     findings = _numbers(doc, instruments)
     findings += _dates(doc, instruments)
     return findings
+
+
+@lru_cache(maxsize=4)
+def _instruments(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> tuple[list[Entity], tuple[str, ...]]:
+    """The EU instruments the KG holds, and the casefolded names and aliases that can name one (a cheap
+    substring test before any mention lookup)."""
+    instruments = [e for e in kg.entities("statute") if _NUMBER.fullmatch(e.name)]
+    forms = tuple(dict.fromkeys(f.casefold() for e in instruments for f in [e.name, *e.aliases]))
+    return instruments, forms
 
 
 def _named(doc: Document, instruments: list[Entity], start: int, end: int) -> Entity | None:

@@ -197,8 +197,8 @@ def _check_stdnum(raw: str, kind: str) -> Finding:
         return _identifier_finding(raw, kind, "contradicted", 0.95, [Evidence(
             kind="checksum", description=f"{raw} is not a valid {label}: {exc}", source=source, locator=locator)])
     return _identifier_finding(raw, kind, "supported", 0.9, [Evidence(
-        kind="checksum", description=f"{raw} is a well-formed {label} with a valid check digit "
-        "(the issuer it is attributed to is not verified)", source=source, locator=locator)])
+        kind="checksum", description=f"{raw} is a well-formed {label} with a valid check digit", source=source,
+        locator=locator)])      # who issued it is a separate check (`issuers.py`), with its own evidence
 
 
 # kind: (schwifty's class, confidence and evidence kind of the finding when it cannot parse the value, locator)

@@ -183,10 +183,6 @@ def _same_issuer(doc: Document, finding: Finding, owner: Registered, said: str, 
 def _judged(finding: Finding, verdict: str, confidence: float, evidence: Evidence) -> Finding:
     finding.verdict = verdict       # type: ignore[assignment]
     finding.confidence = confidence
-    # the check-digit evidence said the issuer was not verified; now it is
-    note = " (the issuer it is attributed to is not verified)"
-    finding.evidence = [e.model_copy(update={"description": e.description.replace(note, "")}) if note in e.description
-                        else e for e in finding.evidence]
     finding.evidence.append(evidence)
     if finding.citation is not None:
         # the identifier exists (valid check digit); whether it supports the attribution is the verdict

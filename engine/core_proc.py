@@ -56,7 +56,13 @@ def run_engine_core(builder: Callable[[], LLMEngine], input_address: str, ready:
     ready.send(("ready", core.info))
     ready.close()
     _warm_up_processors(engine)
-    sys.exit(core.run())
+    code = core.run()
+    # Leave without the interpreter's teardown: the core keeps nothing to flush beyond stdio, and native
+    # libraries' static destructors (XGrammar's thread pool, nanobind's leak report) otherwise print
+    # "terminate called without an active exception" or leak warnings when a thread is still alive.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _warm_up_processors(engine: LLMEngine) -> threading.Thread:

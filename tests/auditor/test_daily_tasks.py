@@ -249,8 +249,8 @@ def test_f_fer_trends_per_domain_and_model_and_alerts(world: World) -> None:
     assert legal and all(p["block_rate"] == 1.0 for p in legal)
     assert sum(p["claims"]["contradicted"] for p in legal) == 2 and sum(p["claims"]["supported"] for p in legal) == 1
     hourly = world.get("/v1/trends", group_by="domain", bucket="hour", since="6h", domain="finance")
-    # Apple's ISIN: valid, but no offline register says who issued it, so nothing verified and no FER
-    assert [(p["domain"], p["records"], p["fer"]) for p in hourly["series"]] == [("finance", 1, None)]
+    # Apple's ISIN: valid, and the curated issuer register names Apple as its issuer: one supported claim, FER 0
+    assert [(p["domain"], p["records"], p["fer"]) for p in hourly["series"]] == [("finance", 1, 0.0)]
     assert world.client.get("/v1/trends", params={"bucket": "hour", "since": "3000d"},
                             headers=world.headers("auditor")).status_code == 400
 

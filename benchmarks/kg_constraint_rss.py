@@ -26,6 +26,7 @@ from pathlib import Path
 
 from benchmarks._common import add_common_args, emit, log, rss_mb, setup
 from benchmarks.kg_constraint import BATCH, DOMAIN, EXTRA_TOKENS, EntityPlan, _names
+from benchmarks.soak import slope_per_minute
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.loader import generation_eos_ids, load_model_config
@@ -58,16 +59,6 @@ def _run_requests(kg: KnowledgeGraph, tokenizer: Tokenizer, run: int, anchors: l
                                      extra_args={"entity_plan": plan,
                                                  "kg_constraint": {"domain": DOMAIN, "allowed_entity_ids": allowed}}))
     return prompts, params
-
-
-def _slope(points: list[tuple[float, float]]) -> float:
-    """Least-squares slope of (minutes, MB)."""
-    if len(points) < 2:
-        return 0.0
-    mean_t = sum(t for t, _ in points) / len(points)
-    mean_m = sum(m for _, m in points) / len(points)
-    spread = sum((t - mean_t) ** 2 for t, _ in points)
-    return sum((t - mean_t) * (m - mean_m) for t, m in points) / spread if spread else 0.0
 
 
 def main() -> None:
@@ -105,23 +96,23 @@ def main() -> None:
             if args.trim_every_s and time.monotonic() - last_trim >= args.trim_every_s:
                 malloc_trim()
                 last_trim = time.monotonic()
-            minute = (time.monotonic() - started) / 60
-            samples.append((minute, rss_mb()))
+            elapsed_s = time.monotonic() - started
+            samples.append((elapsed_s, rss_mb()))
             run += 1
             if run % 10 == 0:
-                log(f"run {run}, {minute:.1f} min: RSS {samples[-1][1]:.0f} MB")
+                log(f"run {run}, {elapsed_s / 60:.1f} min: RSS {samples[-1][1]:.0f} MB")
     finally:
         shutil.rmtree(ckpt, ignore_errors=True)
-    after_first = [(t, m) for t, m in samples if t >= 1.0] or samples
+    after_first = [(t, m) for t, m in samples if t >= 60.0] or samples
     baseline = after_first[0][1]
     emit({
         "benchmark": "kg_constraint_rss", "vocab_size": model_config.vocab_size, "batch": BATCH,
-        "temperature": 1.0, "minutes": round(samples[-1][0], 2), "runs": run, "tokens": tokens,
+        "temperature": 1.0, "minutes": round(samples[-1][0] / 60, 2), "runs": run, "tokens": tokens,
         "new_allowed_sets": run * BATCH, "trim_every_s": args.trim_every_s,
         "rss_mb_loaded": rss_loaded, "rss_mb_after_first_minute": baseline,
         "rss_mb_max": max(m for _, m in samples), "rss_mb_end": samples[-1][1],
         "rss_growth_frac": round(samples[-1][1] / baseline - 1, 4),
-        "rss_slope_mb_per_min": round(_slope(after_first), 2),
+        "rss_slope_mb_per_min": round(slope_per_minute(after_first) or 0.0, 2),
         "tokenizer": str(args.tokenizer_from), "dtype": engine.dtype,
     }, args.json)
 

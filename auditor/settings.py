@@ -73,7 +73,9 @@ class Settings(BaseSettings):
     kg_constraint_views: int = Field(default=64, ge=1)
     kg_constraint_view_mb: float = Field(default=48.0, gt=0)   # and at most about this much of them per domain
     kg_constraint_masks_per_view: int = Field(default=4096, ge=16)
-    kg_constraint_shared_per_domain: int = Field(default=65_536, ge=16)
+    # each memo a domain shares across its allowed sets (guard results, walk records, plain guard steps), in MB:
+    # by bytes, as their entries grow with the vocabulary (thousands of token ids per entry at 152k)
+    kg_constraint_memo_mb: float = Field(default=8.0, gt=0)
     # Where the compiled KG-constraint indices are kept between starts (keyed by KG version, tokenizer and code),
     # so a warm start skips most of the compile. None: no disk cache.
     index_cache_dir: Path | None = Path("./var/cache/kg-index")

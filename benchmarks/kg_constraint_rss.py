@@ -6,11 +6,13 @@ Each run anchors its 32 requests on drugs the previous runs did not use (cycling
 KG's indicated drugs) and widens every allowed set by an entity no earlier run named, so views and
 masks are built afresh all along, as on a server whose every request brings its own prompt entities.
 Freed heap pages are handed back to the OS on the engine-core process's schedule
-(`engine.memory.malloc_trim` every `--trim-every-s`, 30 s as in `engine/core_proc.py`; 0: never).
+(`engine.memory.malloc_trim` every `--trim-every-s`, 30 s as in `engine/core_proc.py`; 0: never), and malloc
+arenas are limited as the core limits them (`AUDITOR_MALLOC_ARENA_MAX`).
 
 RSS is sampled after every run. `rss_growth_frac` = last sample / the sample after the first minute - 1
 (the issue's target is within +10%); `rss_slope_mb_per_min` is a least-squares slope after the first
-minute.
+minute. The trims make single samples saw-tooth by tens of MB, so `rss_peak_growth_frac` compares the
+highest sample of the last whole minute with that of the second minute (`rss_peaks_per_min`).
 
 Run: python -m benchmarks.kg_constraint_rss --tokenizer-from DIR --minutes 10 --json
 """
@@ -24,13 +26,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from auditor.settings import Settings
 from benchmarks._common import add_common_args, emit, log, rss_mb, setup
 from benchmarks.kg_constraint import BATCH, DOMAIN, EXTRA_TOKENS, EntityPlan, _names
-from benchmarks.soak import slope_per_minute
+from benchmarks.soak import slope_per_minute, window_peaks
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.loader import generation_eos_ids, load_model_config
-from engine.memory import malloc_trim
+from engine.memory import limit_malloc_arenas, malloc_trim
 from engine.sampling_params import SamplingParams
 from engine.synthetic import write_checkpoint_with_tokenizer
 from engine.tokenizer import Tokenizer
@@ -69,6 +72,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--trim-every-s", type=float, default=30.0)
     args = setup(parser)
+    limit_malloc_arenas(Settings().malloc_arena_max)   # as the engine core does before its threads allocate
     kg = load_kg(DOMAIN)
     anchors = sorted({f.subject for f in kg.facts(relation="indicated_for")})
     drugs = sorted(e.id for e in kg.entities("drug") if 5 <= len(e.name) <= 14 and e.name.isalpha())
@@ -105,6 +109,8 @@ def main() -> None:
         shutil.rmtree(ckpt, ignore_errors=True)
     after_first = [(t, m) for t, m in samples if t >= 60.0] or samples
     baseline = after_first[0][1]
+    # the heap is trimmed every 30 s, so single samples saw-tooth: compare whole minutes' highest samples
+    peaks = [(t, mb) for t, mb in window_peaks(samples) if t + 30.0 <= samples[-1][0]]
     emit({
         "benchmark": "kg_constraint_rss", "vocab_size": model_config.vocab_size, "batch": BATCH,
         "temperature": 1.0, "minutes": round(samples[-1][0] / 60, 2), "runs": run, "tokens": tokens,
@@ -113,6 +119,8 @@ def main() -> None:
         "rss_mb_max": max(m for _, m in samples), "rss_mb_end": samples[-1][1],
         "rss_growth_frac": round(samples[-1][1] / baseline - 1, 4),
         "rss_slope_mb_per_min": round(slope_per_minute(after_first) or 0.0, 2),
+        "rss_peaks_per_min": [round(mb, 1) for _, mb in peaks],
+        "rss_peak_growth_frac": round(peaks[-1][1] / peaks[1][1] - 1, 4) if len(peaks) > 2 else None,
         "tokenizer": str(args.tokenizer_from), "dtype": engine.dtype,
     }, args.json)
 

@@ -45,7 +45,7 @@ def engine_options(settings: Settings) -> dict[str, Any]:
     return {"limits": CacheLimits(views=settings.kg_constraint_views,
                                   view_bytes=int(settings.kg_constraint_view_mb * 2**20),
                                   masks_per_view=settings.kg_constraint_masks_per_view,
-                                  shared_per_domain=settings.kg_constraint_shared_per_domain),
+                                  memo_bytes=int(settings.kg_constraint_memo_mb * 2**20)),
             "index_cache_dir": settings.index_cache_dir, "config": engine_config(settings)}
 
 

@@ -25,6 +25,7 @@ import torch
 from tokenizers import Tokenizer
 
 from engine.kernels.bitmask import BITS, bitmask_words, pack_bool_mask
+from knowledge_graphs.decoding.memo import ByteBoundedMemo
 from knowledge_graphs.decoding.surface_guard import (
     SPACE,
     AllowedNodes,
@@ -52,7 +53,9 @@ class CacheLimits:
     views: int = 64               # allowed sets kept per domain
     view_bytes: int = 48 * 2**20  # and at most about this much of them per domain (`AllowedView.approx_bytes`)
     masks_per_view: int = 4096    # decoding states (their masks, transitions, guard walks) kept per allowed set
-    shared_per_domain: int = 65_536   # guard results shared by every allowed set of a domain
+    # each of a domain's memos shared by all its allowed sets (guard results, walk records, plain guard steps),
+    # by bytes: their entries grow with the vocabulary (a 152k-token guard result holds thousands of ids)
+    memo_bytes: int = 8 * 2**20
 
 
 def pack_allowed(allowed: np.ndarray, vocab_size: int) -> torch.Tensor:
@@ -96,6 +99,11 @@ class CachedMask:
 
 
 _NONE = np.zeros(0, dtype=np.int64)
+
+
+def guard_state_bytes(state: GuardState) -> int:
+    """A plain guard step's result: the state and its set of open matches."""
+    return sys.getsizeof(state) + sys.getsizeof(state.nodes)
 
 
 def _without(ids: np.ndarray, remove: np.ndarray, scratch: np.ndarray) -> np.ndarray:
@@ -177,7 +185,8 @@ class DomainMasks:
         self.forms_by_entity: dict[str, list[str]] = compiled["forms_by_entity"]
         self.name_trie: NameTrie = compiled["name_trie"]
         self.guard: SurfaceGuard = compiled["guard"]
-        self.guard.max_memo, self.guard.max_walks = self.limits.shared_per_domain, self.limits.masks_per_view
+        self.guard.limit_memos(self.limits.memo_bytes)
+        self.guard.max_walks = self.limits.masks_per_view
         self.guard.share_vocabulary(vocabulary)
         self.index: EncodingIndex = compiled["index"]
         self.token_folded = folded
@@ -191,7 +200,9 @@ class DomainMasks:
         # per boundary flag: the token's text closes no match (no boundary after its leading ones)
         self._closes_nothing = {False: [SPACE not in f for f in folded],
                                 True: [SPACE not in f.lstrip(SPACE) for f in folded]}
-        self._plain_steps: dict[tuple[GuardState, int], GuardState] = {}   # memo of `step`, all views
+        # memo of `step`, all views
+        self._plain_steps: ByteBoundedMemo[tuple[GuardState, int], GuardState] = ByteBoundedMemo(
+            self.limits.memo_bytes, guard_state_bytes)
         self._encodings: dict[str, list[list[int]]] = {}                     # memo of `encodings`
         self._encodings_lock = threading.Lock()
 
@@ -229,9 +240,7 @@ class DomainMasks:
             key = (guard, token_id)
             found = self._plain_steps.get(key)
             if found is None:
-                if len(self._plain_steps) > self.limits.shared_per_domain:
-                    self._plain_steps.clear()
-                found = self._plain_steps[key] = advance_folded(self.name_trie, guard, self.token_folded[token_id])[0]
+                found = self._plain_steps.put(key, advance_folded(self.name_trie, guard, self.token_folded[token_id])[0])
             return found, False
         return advance_checked(self.name_trie, guard, self.token_folded[token_id], allowed)
 

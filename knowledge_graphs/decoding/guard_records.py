@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from knowledge_graphs.decoding.memo import arrays_bytes
 from knowledge_graphs.decoding.surface_guard import MIN_DEAD_WORD_CHARS, SPACE, AllowedNodes, NameTrie
 
 _MAX_CHAR = "\U0010ffff"
@@ -71,6 +72,14 @@ _ARRAY_FIELDS = tuple(f.name for f in fields(Records) if f.name not in ("exact_n
 _EXACT_FIELDS = tuple(name for name in _ARRAY_FIELDS if name.startswith("exact_"))
 _CLOSE_FIELDS = tuple(name for name in _ARRAY_FIELDS if name.startswith("close_"))
 _BOOL_FIELDS = ("exact_name", "exact_spaced", "close_name")
+
+
+RECORDS_OBJECT_BYTES = 200   # the Records object itself (slots) besides its arrays
+
+
+def records_bytes(records: Records) -> int:
+    """About what one `Records` holds (its arrays' data and objects)."""
+    return RECORDS_OBJECT_BYTES + arrays_bytes(*(getattr(records, name) for name in _ARRAY_FIELDS))
 
 
 class PackedRecords:

@@ -24,6 +24,7 @@ from knowledge_graphs import disk_cache
 from knowledge_graphs.decoding import (
     constraint_masks,
     guard_records,
+    memo,
     surface_guard,
     trie,
     vocab_guard,
@@ -37,7 +38,7 @@ _FORMAT = b"kgidx1\n"
 @cache
 def code_version() -> str:
     """A hash of the source of every module whose code shapes the compiled index."""
-    modules = (constraint_masks, guard_records, surface_guard, trie, vocab_guard, vocab_text)
+    modules = (constraint_masks, guard_records, memo, surface_guard, trie, vocab_guard, vocab_text)
     return disk_cache.files_version(Path(module.__file__ or "") for module in modules)
 
 

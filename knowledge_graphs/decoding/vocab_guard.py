@@ -23,8 +23,10 @@ from knowledge_graphs.decoding.guard_records import (
     evaluate,
     prefix_range,
     ranges_to_ids,
+    records_bytes,
     walk_records,
 )
+from knowledge_graphs.decoding.memo import ByteBoundedMemo, arrays_bytes
 from knowledge_graphs.decoding.surface_guard import (
     MAX_IDLE,
     MIN_DEAD_WORD_CHARS,
@@ -38,7 +40,8 @@ from knowledge_graphs.decoding.surface_guard import (
 )
 
 PRECOMPUTE_DEPTH = 4      # walk records built at start-up for trie nodes this shallow
-MAX_LAZY_RECORDS = 100_000
+MEMO_BYTES = 8 * 2**20    # per shared memo (guard results, deeper walk records); DomainMasks sets it from its limits
+SHARED_KEY_BYTES = 600    # a guard result's key: two small frozensets in a tuple, and its dict slot
 NO_IDS = np.zeros(0, dtype=np.int64)
 
 
@@ -95,9 +98,7 @@ class SurfaceGuard:
                  precompute_depth: int = PRECOMPUTE_DEPTH) -> None:
         self.trie = trie
         self.vocab_size = len(vocabulary)
-        # memo bounds (entries); DomainMasks sets them from its CacheLimits
-        self.max_memo = MAX_LAZY_RECORDS      # shared results and deeper walk records, per domain
-        self.max_walks = 50_000               # carrier walks, per allowed set
+        self.max_walks = 50_000               # carrier walks, per allowed set (DomainMasks sets it from its limits)
         if not isinstance(vocabulary, SortedVocabulary):
             vocabulary = SortedVocabulary(vocabulary)
         self._sorted = vocabulary.sorted
@@ -122,8 +123,9 @@ class SurfaceGuard:
             self._single_node[boundary] = np.array(single_node, dtype=np.int64)
             self._multi[boundary] = multi
         # `blocked` memo: (open matches, boundary, allowed names below them) -> (guard ids, dead-word ids)
-        self._shared: dict[tuple[frozenset[int], bool, frozenset[int]], tuple[np.ndarray, np.ndarray]] = {}
-        self._lazy_records: dict[tuple[int, bool], Records] = {}  # deeper nodes, bounded
+        self._shared: ByteBoundedMemo[tuple[frozenset[int], bool, frozenset[int]], tuple[np.ndarray, np.ndarray]] = \
+            ByteBoundedMemo(MEMO_BYTES, _ids_bytes, entry_bytes=SHARED_KEY_BYTES)
+        self._lazy_records: ByteBoundedMemo[tuple[int, bool], Records] = ByteBoundedMemo(MEMO_BYTES, records_bytes)
         shallow: dict[tuple[int, bool], Records] = {}
         frontier = [0]
         for _ in range(precompute_depth):
@@ -132,6 +134,11 @@ class SurfaceGuard:
                 boundary = trie.char(node) == SPACE
                 shallow[node, boundary] = walk_records(trie, self._sorted[boundary], node)
         self._records = PackedRecords(shallow)   # shallow nodes, kept (packed: the index cache reads it fast)
+
+    def limit_memos(self, max_bytes: int) -> None:
+        """Bound each shared memo (guard results, deeper walk records) to about `max_bytes`."""
+        for memo in (self._shared, self._lazy_records):
+            memo.max_bytes = max_bytes
 
     def share_vocabulary(self, vocabulary: SortedVocabulary) -> None:
         """Hold the processor's one copy of the sorted vocabulary instead of this guard's own (a guard read
@@ -177,9 +184,7 @@ class SurfaceGuard:
             if ids is None:
                 found = evaluate([self.records(n, state.boundary) for n in state.nodes], allowed)
                 if found is not None:   # None: an obligation may open, the walk below decides
-                    if len(self._shared) >= self.max_memo:
-                        self._shared.clear()
-                    ids = self._shared[key] = (ranges_to_ids(found[0], perm), ranges_to_ids(found[1], perm))
+                    ids = self._shared.put(key, (ranges_to_ids(found[0], perm), ranges_to_ids(found[1], perm)))
             if ids is not None:
                 return ids[0], ids[1] if dead_words else NO_IDS
         walked = allowed.walks.get(state)
@@ -195,15 +200,17 @@ class SurfaceGuard:
         key = (node, boundary)
         found = self._records.get(key) or self._lazy_records.get(key)
         if found is None:
-            if len(self._lazy_records) >= self.max_memo:
-                self._lazy_records.clear()
-            found = self._lazy_records[key] = walk_records(self.trie, self._sorted[boundary], node)
+            found = self._lazy_records.put(key, walk_records(self.trie, self._sorted[boundary], node))
         return found
 
     def _walk(self, state: GuardState, allowed: AllowedNodes) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """(guard ranges, dead-word ranges) over sorted token positions, for one allowed set: the
         `advance_checked` rules applied to every token at once (see `_CarrierWalk`)."""
         return _CarrierWalk(self._sorted[state.boundary], self.trie, state, allowed).run()
+
+
+def _ids_bytes(ids: tuple[np.ndarray, np.ndarray]) -> int:
+    return arrays_bytes(*ids)
 
 
 # (open matches, obligation carriers or None, token prefix so far, sorted range [lo, hi) of the

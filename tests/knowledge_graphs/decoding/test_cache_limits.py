@@ -28,7 +28,7 @@ def _decode(processor: KGConstraintProcessor, tokenizer, request_id: str, text: 
 
 
 def test_views_and_masks_stay_within_their_limits(kg, tokenizer) -> None:
-    limits = CacheLimits(views=2, masks_per_view=16, shared_per_domain=32)
+    limits = CacheLimits(views=2, masks_per_view=16, memo_bytes=64 * 2**10)
     processor = KGConstraintProcessor(tokenizer, vocab_size=tokenizer.get_vocab_size(), eos_token_ids=[0],
                                       kgs={"medical": kg}, limits=limits)
     domain = processor.domains["medical"]
@@ -39,7 +39,8 @@ def test_views_and_masks_stay_within_their_limits(kg, tokenizer) -> None:
         _decode(processor, tokenizer, f"r{i}", text)
         processor.remove_request(f"r{i}")
         assert domain.cached_views <= 2
-        assert len(domain.guard._shared) <= 32 and len(domain.guard._lazy_records) <= 32
+        for memo in (domain.guard._shared, domain.guard._lazy_records, domain._plain_steps):
+            assert len(memo) >= 1 and memo.bytes <= 64 * 2**10
         for view in list(domain._views.values()):
             assert len(view._masks) <= 16 and len(view._transitions) <= 16
             assert len(view.allowed_nodes.walks) <= 17
@@ -82,5 +83,29 @@ def test_the_service_sizes_the_constraint_caches_from_its_settings() -> None:
     from auditor.serving.engine_loading import engine_options
     from auditor.settings import Settings
 
-    limits = engine_options(Settings(kg_constraint_views=7, kg_constraint_view_mb=3))["limits"]
-    assert limits.views == 7 and limits.view_bytes == 3 * 2**20
+    limits = engine_options(Settings(kg_constraint_views=7, kg_constraint_view_mb=3, kg_constraint_memo_mb=2))["limits"]
+    assert limits.views == 7 and limits.view_bytes == 3 * 2**20 and limits.memo_bytes == 2 * 2**20
+
+
+def test_the_shared_memos_are_bounded_by_bytes_whatever_their_entry_count(kg, tokenizer) -> None:
+    """A budget too small for more than a few guard results holds a few; the same traffic under a large budget
+    keeps them all, and the masks come out the same either way (a memo is only a shortcut)."""
+    text = " Metformin, metoprolol and warfarin with aspirin for type 2 diabetes; ibuprofen later. "
+
+    def run(memo_bytes: int) -> tuple[KGConstraintProcessor, list[list[list[float]]]]:
+        processor = KGConstraintProcessor(tokenizer, vocab_size=tokenizer.get_vocab_size(), eos_token_ids=[0],
+                                          kgs={"medical": kg}, limits=CacheLimits(memo_bytes=memo_bytes))
+        rows = []
+        for i, allowed in enumerate(ALLOWED_SETS):
+            processor.add_request(f"r{i}", _params(allowed), [1], [])
+            rows.append(_decode(processor, tokenizer, f"r{i}", text))
+            processor.remove_request(f"r{i}")
+        return processor, rows
+
+    small, small_rows = run(4 * 2**10)
+    large, large_rows = run(64 * 2**20)
+    assert small_rows == large_rows
+    small_guard, large_guard = small.domains["medical"].guard, large.domains["medical"].guard
+    assert 1 <= len(small_guard._shared) < len(large_guard._shared)
+    assert small_guard._shared.bytes <= 4 * 2**10 < large_guard._shared.bytes
+    assert len(small.domains["medical"]._plain_steps) < len(large.domains["medical"]._plain_steps)

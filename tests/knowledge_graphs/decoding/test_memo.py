@@ -1,0 +1,39 @@
+"""ByteBoundedMemo: bounded by the bytes its entries hold, oldest dropped first."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from knowledge_graphs.decoding.memo import ARRAY_OVERHEAD, ByteBoundedMemo, arrays_bytes
+
+
+def test_the_oldest_entries_go_first_once_the_budget_is_spent() -> None:
+    memo: ByteBoundedMemo[str, int] = ByteBoundedMemo(300, lambda size: size, entry_bytes=0)
+    for key, size in (("a", 100), ("b", 100), ("c", 100)):
+        memo.put(key, size)
+    assert len(memo) == 3 and memo.bytes == 300
+    memo.put("d", 150)
+    assert "a" not in memo and "b" not in memo and memo.get("c") == 100 and memo.get("d") == 150
+    assert memo.bytes == 250
+
+
+def test_replacing_a_key_counts_its_new_size_not_both() -> None:
+    memo: ByteBoundedMemo[str, int] = ByteBoundedMemo(1000, lambda size: size, entry_bytes=10)
+    memo.put("a", 100)
+    memo.put("a", 300)
+    assert len(memo) == 1 and memo.bytes == 310
+
+
+def test_one_entry_larger_than_the_budget_is_still_kept_alone() -> None:
+    memo: ByteBoundedMemo[str, int] = ByteBoundedMemo(50, lambda size: size, entry_bytes=0)
+    memo.put("a", 10)
+    assert memo.put("big", 500) == 500
+    assert len(memo) == 1 and memo.get("big") == 500
+    memo.clear()
+    assert len(memo) == 0 and memo.bytes == 0
+
+
+def test_array_bytes_count_data_once_and_views_by_their_objects() -> None:
+    owner = np.zeros(1000, dtype=np.int64)
+    assert arrays_bytes(owner) == ARRAY_OVERHEAD + 8000
+    assert arrays_bytes(owner[:10]) == ARRAY_OVERHEAD

@@ -78,8 +78,11 @@ RECORDS_OBJECT_BYTES = 200   # the Records object itself (slots) besides its arr
 
 
 def records_bytes(records: Records) -> int:
-    """About what one `Records` holds (its arrays' data and objects)."""
-    return RECORDS_OBJECT_BYTES + arrays_bytes(*(getattr(records, name) for name in _ARRAY_FIELDS))
+    """About what one `Records` holds: its arrays' objects and data. `walk_records` cuts its columns out of two
+    arrays that only the record keeps alive, so the data of the arrays they view counts too."""
+    arrays = [getattr(records, name) for name in _ARRAY_FIELDS]
+    viewed = {id(a.base): a.base.nbytes for a in arrays if isinstance(a.base, np.ndarray)}
+    return RECORDS_OBJECT_BYTES + arrays_bytes(*arrays) + sum(viewed.values())
 
 
 class PackedRecords:

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from knowledge_graphs.decoding.guard_records import (
+    _ARRAY_FIELDS,
+    RECORDS_OBJECT_BYTES,
+    Records,
+    records_bytes,
+)
 from knowledge_graphs.decoding.memo import ARRAY_OVERHEAD, ByteBoundedMemo, arrays_bytes
 
 
@@ -37,3 +43,12 @@ def test_array_bytes_count_data_once_and_views_by_their_objects() -> None:
     owner = np.zeros(1000, dtype=np.int64)
     assert arrays_bytes(owner) == ARRAY_OVERHEAD + 8000
     assert arrays_bytes(owner[:10]) == ARRAY_OVERHEAD
+
+
+def test_walk_records_count_the_arrays_their_columns_view() -> None:
+    """A walk record's columns are views of two arrays it alone keeps alive: the memo's budget must see them."""
+    exact = np.zeros((100, 7), dtype=np.int64)
+    close = np.zeros((50, 8), dtype=np.int64)
+    columns = {name: (exact if name.startswith("exact_") else close)[:, i % 7] for i, name in enumerate(_ARRAY_FIELDS)}
+    record = Records(**columns, exact_names=0, exact_words=0, close_names=0)
+    assert records_bytes(record) == RECORDS_OBJECT_BYTES + len(_ARRAY_FIELDS) * ARRAY_OVERHEAD + 5600 + 3200

@@ -14,6 +14,7 @@ from torch import nn
 
 from engine.config import ModelConfig, ModelLoadError
 from engine.layers.attention import AttentionMetadata, PagedAttention
+from engine.layers.linear import BucketedLinear
 from engine.layers.rms_norm import RMSNorm
 from engine.layers.rotary import RotaryEmbedding
 
@@ -26,10 +27,10 @@ class LlamaAttention(nn.Module):
         self.head_dim = config.head_dim
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
-        self.qkv_proj = nn.Linear(
+        self.qkv_proj = BucketedLinear(
             config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias, dtype=dtype
         )
-        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False, dtype=dtype)
+        self.o_proj = BucketedLinear(self.q_size, config.hidden_size, bias=False, dtype=dtype)
         self.rotary = rotary
         self.attn = PagedAttention(self.num_heads, self.num_kv_heads, self.head_dim)
 
@@ -49,8 +50,8 @@ class LlamaMLP(nn.Module):
     def __init__(self, config: ModelConfig, dtype: torch.dtype) -> None:
         super().__init__()
         self.intermediate_size = config.intermediate_size
-        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False, dtype=dtype)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False, dtype=dtype)
+        self.gate_up_proj = BucketedLinear(config.hidden_size, 2 * config.intermediate_size, bias=False, dtype=dtype)
+        self.down_proj = BucketedLinear(config.intermediate_size, config.hidden_size, bias=False, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
@@ -78,7 +79,7 @@ class LlamaForCausalLM(nn.Module):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
         self.layers = nn.ModuleList(LlamaDecoderLayer(config, rotary, dtype) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False, dtype=dtype)
+        self.lm_head = BucketedLinear(config.hidden_size, config.vocab_size, bias=False, dtype=dtype)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
 

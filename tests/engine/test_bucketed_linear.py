@@ -21,7 +21,8 @@ def test_bucketed_rows_cover_every_count_with_few_shapes():
     assert bucketed_rows(2049) == 2560 and bucketed_rows(5000) == 5120
 
 
-def _shapes_reaching_the_matmul(monkeypatch, layer: BucketedLinear, dtype: torch.dtype, rows: range) -> set[int]:
+def _spy_on_matmul_rows(monkeypatch) -> set[int]:
+    """The row counts that reach F.linear from BucketedLinear from now on (filled as calls happen)."""
     seen: set[int] = set()
     real_linear = F.linear
 
@@ -30,9 +31,15 @@ def _shapes_reaching_the_matmul(monkeypatch, layer: BucketedLinear, dtype: torch
         return real_linear(x, weight, bias)
 
     monkeypatch.setattr(linear_module.F, "linear", spy)
+    return seen
+
+
+def _shapes_reaching_the_matmul(monkeypatch, layer: BucketedLinear, dtype: torch.dtype, rows: range) -> set[int]:
+    seen = _spy_on_matmul_rows(monkeypatch)
     for n in rows:
         out = layer(torch.randn(n, layer.in_features, dtype=dtype))
         assert out.shape == (n, layer.out_features)
+    monkeypatch.undo()
     return seen
 
 
@@ -63,14 +70,7 @@ def test_a_bf16_engine_runs_every_projection_at_bucketed_row_counts(monkeypatch,
     engine = LLMEngine.from_pretrained(tiny_llama, EngineConfig(dtype="bfloat16", max_num_batched_tokens=64))
     linears = [m for m in engine.model.modules() if isinstance(m, torch.nn.Linear)]
     assert linears and all(isinstance(m, BucketedLinear) for m in linears)
-    seen: set[int] = set()
-    real_linear = F.linear
-
-    def spy(x, weight, bias=None):
-        seen.add(x.shape[0])
-        return real_linear(x, weight, bias)
-
-    monkeypatch.setattr(linear_module.F, "linear", spy)
+    seen = _spy_on_matmul_rows(monkeypatch)
     prompts = [[5 + (i * 7 + j) % 200 for j in range(3 + 11 * i)] for i in range(9)]   # 3-91 tokens: chunked
     engine.generate(prompts, [SamplingParams(temperature=0, max_tokens=4 + i, ignore_eos=True) for i in range(9)])
     assert seen and all(bucketed_rows(n) == n for n in seen)

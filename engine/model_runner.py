@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.block_manager import BlockManager
+from engine.kernels.cpu_paged_attention import native_decode_available
 from engine.kv_cache import KVCache
 from engine.layers.attention import AttentionMetadata
 from engine.models.llama import LlamaForCausalLM
@@ -31,6 +32,8 @@ class ModelRunner:
         for attention, pools in zip(model.attention_layers(), kv_cache.layers, strict=True):
             attention.k_cache, attention.v_cache, attention.quantized = pools.k, pools.v, pools.quantized
             attention.residual_tokens = kv_cache.spec.residual_tokens
+        # build or load the native CPU decode kernel now, at engine start, not in the first request's step
+        self.native_decode = self.device.type == "cpu" and native_decode_available()
 
     def _to_device(self, values: list[int], dtype: torch.dtype = torch.int64) -> torch.Tensor:
         return torch.tensor(values, dtype=dtype).to(self.device, non_blocking=True)

@@ -15,6 +15,8 @@ from functools import cache
 import torch
 import torch.nn.functional as F
 
+from engine.kernels.cpu_paged_attention import paged_attention_decode_native
+from engine.kernels.cpu_paged_attention import supports as native_supports
 from engine.kernels.kv_quant import (
     QuantizedBlocks,
     dequantize_keys,
@@ -349,9 +351,12 @@ def paged_attention_decode(
     scale: float,
     quantized: QuantizedBlocks | None = None,
 ) -> torch.Tensor:
-    """Dispatch: the Triton kernel for CUDA tensors when it imports, the torch path otherwise."""
+    """Dispatch: the Triton kernel for CUDA tensors when it imports; on CPU the native kernel where it is built
+    and the pools are bf16 or fp32, not quantized; the torch path otherwise."""
     if q.is_cuda:
         kernel = _triton_decode()
         if kernel is not None:
             return kernel(q, k_cache, v_cache, block_tables, context_lens, scale, quantized)
+    elif quantized is None and native_supports(q, k_cache, v_cache):
+        return paged_attention_decode_native(q, k_cache, v_cache, block_tables, context_lens, scale)
     return paged_attention_decode_torch(q, k_cache, v_cache, block_tables, context_lens, scale, quantized)

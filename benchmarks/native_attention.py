@@ -46,7 +46,7 @@ def measure(dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int, batch:
         order = (("native", paged_attention_decode_native), ("torch", paged_attention_decode_torch))
         outputs = {}
         for name, fn in order if repeat % 2 else order[::-1]:
-            seconds, outputs[name] = timed(lambda fn=fn: fn(*inputs))
+            seconds, outputs[name] = timed(lambda fn=fn, inputs=inputs: fn(*inputs))
             if repeat:
                 (native_s if name == "native" else torch_s).append(seconds)
         if repeat == 0:

@@ -57,6 +57,7 @@ SHAPES = [  # head_dim, heads, kv_heads, block_size, context lengths
     (64, 8, 8, 4, [5, 64, 129]),               # no GQA
     (128, 28, 4, 16, [33, 250]),               # Qwen-like: 7 query heads per KV head
     (48, 6, 2, 8, [7, 40, 41]),                # a head size without its own instance
+    (16, 4, 1, 8, [3, 8, 27]),                 # ... small enough for the eight-keys-at-once path
 ]
 
 

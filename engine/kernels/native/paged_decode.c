@@ -56,6 +56,31 @@ static inline float exp_nonpositive(float x) {
     return p * scale.f;
 }
 
+/* Eight lanes as one value: GCC and clang lower it to one AVX register, or two SSE ones. */
+typedef float v8f __attribute__((vector_size(32)));
+
+static inline v8f load8(const float *p) { v8f v; memcpy(&v, p, sizeof v); return v; }
+
+/* The lane sums of eight vectors, as one vector (sum of p[j] in lane j): a transpose-and-add tree of
+ * 7 adds and 15 shuffles, where summing each vector on its own takes 8 x (3 adds + 3 shuffles). */
+static inline v8f sum_each_of_8(const v8f p[8]) {
+    const v8f r01 = __builtin_shufflevector(p[0], p[1], 0, 1, 8, 9, 4, 5, 12, 13)
+                  + __builtin_shufflevector(p[0], p[1], 2, 3, 10, 11, 6, 7, 14, 15);
+    const v8f r23 = __builtin_shufflevector(p[2], p[3], 0, 1, 8, 9, 4, 5, 12, 13)
+                  + __builtin_shufflevector(p[2], p[3], 2, 3, 10, 11, 6, 7, 14, 15);
+    const v8f r45 = __builtin_shufflevector(p[4], p[5], 0, 1, 8, 9, 4, 5, 12, 13)
+                  + __builtin_shufflevector(p[4], p[5], 2, 3, 10, 11, 6, 7, 14, 15);
+    const v8f r67 = __builtin_shufflevector(p[6], p[7], 0, 1, 8, 9, 4, 5, 12, 13)
+                  + __builtin_shufflevector(p[6], p[7], 2, 3, 10, 11, 6, 7, 14, 15);
+    const v8f q03 = __builtin_shufflevector(r01, r23, 0, 8, 2, 10, 4, 12, 6, 14)
+                  + __builtin_shufflevector(r01, r23, 1, 9, 3, 11, 5, 13, 7, 15);   /* p0 p2 p1 p3, halves */
+    const v8f q47 = __builtin_shufflevector(r45, r67, 0, 8, 2, 10, 4, 12, 6, 14)
+                  + __builtin_shufflevector(r45, r67, 1, 9, 3, 11, 5, 13, 7, 15);
+    const v8f s = __builtin_shufflevector(q03, q47, 0, 1, 2, 3, 8, 9, 10, 11)
+                + __builtin_shufflevector(q03, q47, 4, 5, 6, 7, 12, 13, 14, 15);   /* p0 p2 p1 p3 p4 p6 p5 p7 */
+    return __builtin_shufflevector(s, s, 0, 2, 1, 3, 4, 6, 5, 7);
+}
+
 static inline void widen(const void *src, int64_t offset, int is_bf16, int dim, float *dst) {
     if (is_bf16) {
         const uint16_t *s = (const uint16_t *)src + offset;
@@ -81,8 +106,29 @@ static inline __attribute__((always_inline)) void run_items_as(
             widen(job->q, (b * job->heads + (int64_t)kv_head * group + g) * dim, is_bf16, dim, query[g]);
             for (int d = 0; d < dim; d++) query[g][d] *= job->scale;
         }
-        /* pass 1: every score, [group][len] */
-        for (int i = 0; i < len; i++) {
+        /* pass 1: every score, [group][len]. Small heads take eight keys at a time, summed by one tree: at 32
+         * dims that is 1.5x faster per token; at 64 and 128, where the dot products outweigh their sums, slower */
+        int i = 0;
+        if (dim % 8 == 0 && dim <= 32) {
+            float keys[8][MAX_DIM];
+            for (; i + 8 <= len; i += 8) {
+                for (int t = 0; t < 8; t++) {
+                    const int64_t slot = (int64_t)table[(i + t) / bs] * bs + (i + t) % bs;
+                    widen(job->k, (slot * job->kv_heads + kv_head) * dim, is_bf16, dim, keys[t]);
+                }
+                for (int g = 0; g < group; g++) {
+                    v8f products[8];
+                    for (int t = 0; t < 8; t++) {
+                        v8f sum = load8(query[g]) * load8(keys[t]);
+                        for (int d = 8; d < dim; d += 8) sum += load8(query[g] + d) * load8(keys[t] + d);
+                        products[t] = sum;
+                    }
+                    const v8f dots = sum_each_of_8(products);
+                    memcpy(scores + (int64_t)g * len + i, &dots, sizeof dots);
+                }
+            }
+        }
+        for (; i < len; i++) {
             const int64_t slot = (int64_t)table[i / bs] * bs + i % bs;
             widen(job->k, (slot * job->kv_heads + kv_head) * dim, is_bf16, dim, row);
             for (int g = 0; g < group; g++) {

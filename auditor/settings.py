@@ -136,6 +136,9 @@ class Settings(BaseSettings):
     domain_detection: Literal["detect", "require", "off"] = "detect"
     # A domain is detected when the classifier's probability reaches this (see docs/domain-detection.md).
     domain_detection_threshold: float = Field(default=0.6, gt=0, le=1)
+    # Sentence vectors the detector keeps (least recently used dropped first; ~1.5 KB each), so the in-process
+    # scoring of a record re-detects its domain without embedding again what the request embedded. 0: none.
+    domain_detection_embedding_cache: int = Field(default=4096, ge=0, le=1_000_000)
 
     @model_validator(mode="after")
     def _refuse_weak_secret(self) -> Settings:

@@ -40,9 +40,9 @@ def load_kgs(domains: Iterable[str], *, snapshot_dir: Path | None = None) -> dic
     return {domain: load_kg(domain) for domain in domains}
 
 
-def load_detector(kgs: Mapping[str, KnowledgeGraph], *, threshold: float) -> DomainDetector:
+def load_detector(kgs: Mapping[str, KnowledgeGraph], *, threshold: float, embedding_cache: int) -> DomainDetector:
     """The domain detector over these KGs, warmed once (MiniLM load, linkers) so no request pays for it."""
-    detector = DomainDetector(kgs, threshold=threshold)
+    detector = DomainDetector(kgs, threshold=threshold, embedding_cache=embedding_cache)
     detector.detect("Warm-up question?", "Warm-up answer.")
     return detector
 

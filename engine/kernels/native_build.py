@@ -42,7 +42,12 @@ _loaded: dict[str, ctypes.CDLL | None] = {}
 def cache_dir() -> Path:
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except RuntimeError:      # no home directory (a bare service account): the temp folder
+            base = tempfile.gettempdir()
     return Path(base) / "auditor-engine" / "kernels"
 
 
@@ -69,6 +74,10 @@ def _build_and_load(name: str) -> ctypes.CDLL | None:
     source = (SOURCE_DIR / f"{name}.c").read_bytes()
     try:
         target = cache_dir() / f"{name}-{_build_key(compiler, source)}.so"
+        if target.is_file() and not _private(target):
+            logger.warning("cached kernel %s (or its folder) is not this user's alone; not loading it: the torch "
+                           "path serves", target)
+            return None
         if target.is_file():
             try:
                 return ctypes.CDLL(str(target))
@@ -98,8 +107,21 @@ def _cpu_flags() -> bytes:
     return b""
 
 
+def _private(library: Path) -> bool:
+    """Loading a library runs its code: only one this user owns, in a folder this user owns, neither writable
+    by anyone else (a shared or world-writable cache could be handed a planted library under our name)."""
+    for path in (library, library.parent):
+        status = path.stat()
+        if status.st_uid != os.getuid() or status.st_mode & 0o022:
+            return False
+    return True
+
+
 def _compile(compiler: str, source: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    status = target.parent.stat()
+    if status.st_uid != os.getuid() or status.st_mode & 0o022:
+        raise OSError(f"the kernel cache {target.parent} is writable by other users")
     handle, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}-", suffix=".so")
     os.close(handle)
     try:

@@ -21,12 +21,14 @@ from typing import Any
 import numpy as np
 
 from knowledge_graphs.detection.classifier import DomainClassifier, kg_feature_vector, load_classifier
+from knowledge_graphs.detection.embedding_cache import EmbeddingCache
 from knowledge_graphs.detection.evidence import KgEvidence, KgHit, feature_counts
 from knowledge_graphs.model import KnowledgeGraph
 
 # Chosen on the training texts' grouped 5-fold cross-validation (off-domain share sent to a validator
 # 0.04 at 0.6 against 0.06 at 0.5, in-domain accuracy unchanged); see docs/domain-detection.md.
 DEFAULT_THRESHOLD = 0.6
+DEFAULT_EMBEDDING_CACHE = 4096   # sentence vectors kept (about 6 MB): see detection/embedding_cache.py
 MAX_SENTENCE_CHARS = 1000     # MiniLM reads 256 word pieces; longer "sentences" are cut into pieces
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z*#-])|\n+")
 # A period after one of these ends no sentence: "Miranda v. Arizona", "384 U.S. 436", "Dr. Smith", "No. 5".
@@ -109,7 +111,7 @@ class DomainDetector:
     """Build once per process (it holds the KG linkers and the classifier); thread-safe for reading."""
 
     def __init__(self, kgs: Mapping[str, KnowledgeGraph], *, threshold: float = DEFAULT_THRESHOLD,
-                 classifier: DomainClassifier | None = None) -> None:
+                 classifier: DomainClassifier | None = None, embedding_cache: int = DEFAULT_EMBEDDING_CACHE) -> None:
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"detection threshold must be in (0, 1], got {threshold}")
         self.classifier = classifier or load_classifier()
@@ -117,6 +119,7 @@ class DomainDetector:
         self.evidence = KgEvidence({d: kgs[d] for d in self.domains})
         self.threshold = threshold
         self._dim = int(self.classifier.weights.shape[1]) - len(kg_feature_vector({}))
+        self.embeddings = EmbeddingCache(embedding_cache)
 
     @property
     def version(self) -> str:
@@ -125,7 +128,7 @@ class DomainDetector:
     def embed(self, pieces: list[str]) -> np.ndarray:
         from knowledge_graphs.minilm import load_encoder  # numpy, no torch: see knowledge_graphs.minilm
 
-        return load_encoder().encode(pieces)               # [n, dim], unit length
+        return self.embeddings.vectors(pieces, load_encoder().encode)    # [n, dim], unit length
 
     def start(self, prompt: str | None = None) -> DetectionState:
         state = DetectionState(self, np.zeros(self._dim, dtype=np.float32))

@@ -204,3 +204,18 @@ def test_the_benchmark_times_both_paths_on_the_same_inputs() -> None:
     result = measure(torch.float32, heads=4, kv_heads=2, head_dim=32, batch=4, max_context=64, repeats=2, seed=0)
     assert result["native_us"] > 0 and result["torch_us"] > 0 and result["speedup"] > 0
     assert result["max_abs_error_native"] < 1e-5 and result["max_abs_error_torch"] < 1e-5
+
+
+def test_a_library_in_a_folder_others_can_write_is_not_loaded(fresh_build, caplog) -> None:
+    assert native_build.load_library("paged_decode") is not None
+    fresh_build.chmod(0o777)          # anyone could have put this file here: it is not run
+    native_build._loaded.clear()
+    with caplog.at_level(logging.WARNING, logger="engine.kernels"):
+        assert native_build.load_library("paged_decode") is None
+    assert "not this user's alone" in caplog.text
+    [planted] = fresh_build.glob("paged_decode-*.so")
+    planted.unlink()                  # and it is not rebuilt into such a folder either
+    native_build._loaded.clear()
+    with caplog.at_level(logging.WARNING, logger="engine.kernels"):
+        assert native_build.load_library("paged_decode") is None
+    assert "writable by other users" in caplog.text and not list(fresh_build.glob("*.so"))

@@ -1,0 +1,62 @@
+"""Sentence vectors already computed in this process, the least recently used dropped first.
+
+Why: a request's sentences are embedded while it streams (to detect its domain), and the in-process scoring of
+its record detects the domain again from the same prompt and output. Each MiniLM forward is most of the API
+process's CPU per no-domain request; with the vectors kept, scoring embeds only what it had not seen. The
+encoder is deterministic, so a kept vector is the vector the encoder would give again. Bounded by entries
+(one vector of 384 float32 is 1.5 KB: 4,096 entries are about 6 MB), so memory stays flat under traffic.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+
+import numpy as np
+
+Encode = Callable[[list[str]], np.ndarray]
+
+
+class EmbeddingCache:
+    """Thread-safe; `capacity` 0 keeps nothing."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 0:
+            raise ValueError(f"embedding cache capacity must be >= 0, got {capacity}")
+        self.capacity = capacity
+        self.hits = 0
+        self.misses = 0
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    def vectors(self, pieces: list[str], encode: Encode) -> np.ndarray:
+        """[len(pieces), dim]: kept vectors where there are, `encode` (called once, outside the lock) for the rest."""
+        if self.capacity == 0:
+            return encode(pieces)
+        found: dict[str, np.ndarray] = {}
+        with self._lock:
+            for piece in pieces:
+                vector = self._vectors.get(piece)
+                if vector is not None:
+                    self._vectors.move_to_end(piece)
+                    found[piece] = vector
+        missing = list(dict.fromkeys(p for p in pieces if p not in found))
+        if missing:
+            for piece, vector in zip(missing, encode(missing), strict=True):
+                vector = np.array(vector, dtype=np.float32)      # its own copy, read-only: nobody can alter a kept one
+                vector.setflags(write=False)
+                found[piece] = vector
+            with self._lock:
+                for piece in missing:
+                    self._vectors[piece] = found[piece]
+                    self._vectors.move_to_end(piece)
+                while len(self._vectors) > self.capacity:
+                    self._vectors.popitem(last=False)
+        with self._lock:
+            self.hits += len(pieces) - len(missing)
+            self.misses += len(missing)
+        return np.stack([found[p] for p in pieces])

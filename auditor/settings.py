@@ -138,7 +138,7 @@ class Settings(BaseSettings):
     domain_detection_threshold: float = Field(default=0.6, gt=0, le=1)
     # Sentence vectors the detector keeps (least recently used dropped first; ~1.5 KB each), so the in-process
     # scoring of a record re-detects its domain without embedding again what the request embedded. 0: none.
-    domain_detection_embedding_cache: int = Field(default=4096, ge=0, le=1_000_000)
+    domain_detection_embedding_cache: int = Field(default=1024, ge=0, le=1_000_000)
 
     @model_validator(mode="after")
     def _refuse_weak_secret(self) -> Settings:

@@ -28,7 +28,7 @@ from knowledge_graphs.model import KnowledgeGraph
 # Chosen on the training texts' grouped 5-fold cross-validation (off-domain share sent to a validator
 # 0.04 at 0.6 against 0.06 at 0.5, in-domain accuracy unchanged); see docs/domain-detection.md.
 DEFAULT_THRESHOLD = 0.6
-DEFAULT_EMBEDDING_CACHE = 4096   # sentence vectors kept (about 6 MB): see detection/embedding_cache.py
+DEFAULT_EMBEDDING_CACHE = 1024   # sentence vectors kept (about 1.6 MB): see detection/embedding_cache.py
 MAX_SENTENCE_CHARS = 1000     # MiniLM reads 256 word pieces; longer "sentences" are cut into pieces
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z*#-])|\n+")
 # A period after one of these ends no sentence: "Miranda v. Arizona", "384 U.S. 436", "Dr. Smith", "No. 5".

@@ -30,7 +30,7 @@ def verifier(kgs) -> RulesVerifier:
 
 @pytest.fixture(scope="module")
 def detector(kgs):
-    return load_detector(kgs, threshold=0.6, embedding_cache=4096)
+    return load_detector(kgs, threshold=0.6, embedding_cache=1024)
 
 
 @pytest.fixture

@@ -8,10 +8,13 @@ encoder is deterministic, so a kept vector is the vector the encoder would give 
 Scoring in the API process lags its requests by at most ~10 s (the embedded worker holds back under load), and
 a soak sees ~25 new sentences a second: 1,024 covers that window several times over without the cache taking
 minutes of a run to fill (with 4,096, a 10-minute soak's API slope was 1.14 MB/min, against 0.74 before the cache).
+Entries are keyed by a digest of the sentence, not the sentence: the cache keeps no customer text in memory
+after its request (a tenant whose trail stores only hashes keeps that promise here too).
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -30,7 +33,7 @@ class EmbeddingCache:
         self.capacity = capacity
         self.hits = 0
         self.misses = 0
-        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._vectors: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -40,14 +43,15 @@ class EmbeddingCache:
         """[len(pieces), dim]: kept vectors where there are, `encode` (called once, outside the lock) for the rest."""
         if self.capacity == 0:
             return encode(pieces)
+        keys = {piece: _key(piece) for piece in pieces}
         found: dict[str, np.ndarray] = {}
         with self._lock:
-            for piece in pieces:
-                vector = self._vectors.get(piece)
+            for piece, key in keys.items():
+                vector = self._vectors.get(key)
                 if vector is not None:
-                    self._vectors.move_to_end(piece)
+                    self._vectors.move_to_end(key)
                     found[piece] = vector
-        missing = list(dict.fromkeys(p for p in pieces if p not in found))
+        missing = [p for p in keys if p not in found]
         if missing:
             for piece, vector in zip(missing, encode(missing), strict=True):
                 vector = np.array(vector, dtype=np.float32)      # its own copy, read-only: nobody can alter a kept one
@@ -55,11 +59,15 @@ class EmbeddingCache:
                 found[piece] = vector
             with self._lock:
                 for piece in missing:
-                    self._vectors[piece] = found[piece]
-                    self._vectors.move_to_end(piece)
+                    self._vectors[keys[piece]] = found[piece]
+                    self._vectors.move_to_end(keys[piece])
                 while len(self._vectors) > self.capacity:
                     self._vectors.popitem(last=False)
         with self._lock:
             self.hits += len(pieces) - len(missing)
             self.misses += len(missing)
         return np.stack([found[p] for p in pieces])
+
+
+def _key(piece: str) -> bytes:
+    return hashlib.blake2b(piece.encode("utf-8", "surrogatepass"), digest_size=16).digest()

@@ -54,6 +54,14 @@ def test_callers_cannot_alter_a_kept_vector() -> None:
     np.testing.assert_array_equal(cache.vectors(["dose"], encode), CountingEncoder()(["dose"]))
 
 
+def test_the_cache_keeps_digests_not_the_customers_sentences() -> None:
+    cache, encode = EmbeddingCache(4), CountingEncoder()
+    secret = "Patient Jane Roe, MRN 4471, takes 20 mg of warfarin."
+    cache.vectors([secret], encode)
+    assert all(isinstance(key, bytes) and len(key) == 16 and b"Jane" not in key for key in cache._vectors)
+    assert secret not in repr(cache.__dict__)
+
+
 def test_capacity_zero_keeps_nothing_and_negative_is_refused() -> None:
     cache, encode = EmbeddingCache(0), CountingEncoder()
     cache.vectors(["x"], encode)

@@ -71,8 +71,8 @@ def _build_and_load(name: str) -> ctypes.CDLL | None:
         logger.warning("no C compiler (%s) found: the engine's native %s kernel is off, the torch path serves",
                        compiler, name)
         return None
-    source = (SOURCE_DIR / f"{name}.c").read_bytes()
     try:
+        source = (SOURCE_DIR / f"{name}.c").read_bytes()     # missing from a broken install: a warning too
         target = cache_dir() / f"{name}-{_build_key(compiler, source)}.so"
         if target.is_file() and not _private(target):
             logger.warning("cached kernel %s (or its folder) is not this user's alone; not loading it: the torch "
@@ -110,17 +110,17 @@ def _cpu_flags() -> bytes:
 def _private(library: Path) -> bool:
     """Loading a library runs its code: only one this user owns, in a folder this user owns, neither writable
     by anyone else (a shared or world-writable cache could be handed a planted library under our name)."""
-    for path in (library, library.parent):
-        status = path.stat()
-        if status.st_uid != os.getuid() or status.st_mode & 0o022:
-            return False
-    return True
+    return _owned_alone(library) and _owned_alone(library.parent)
+
+
+def _owned_alone(path: Path) -> bool:
+    status = path.stat()
+    return status.st_uid == os.getuid() and not status.st_mode & 0o022
 
 
 def _compile(compiler: str, source: Path, target: Path) -> None:
     target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    status = target.parent.stat()
-    if status.st_uid != os.getuid() or status.st_mode & 0o022:
+    if not _owned_alone(target.parent):
         raise OSError(f"the kernel cache {target.parent} is writable by other users")
     handle, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}-", suffix=".so")
     os.close(handle)

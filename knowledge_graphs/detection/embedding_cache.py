@@ -57,13 +57,12 @@ class EmbeddingCache:
                 vector = np.array(vector, dtype=np.float32)      # its own copy, read-only: nobody can alter a kept one
                 vector.setflags(write=False)
                 found[piece] = vector
-            with self._lock:
-                for piece in missing:
-                    self._vectors[keys[piece]] = found[piece]
-                    self._vectors.move_to_end(keys[piece])
-                while len(self._vectors) > self.capacity:
-                    self._vectors.popitem(last=False)
         with self._lock:
+            for piece in missing:
+                self._vectors[keys[piece]] = found[piece]
+                self._vectors.move_to_end(keys[piece])
+            while len(self._vectors) > self.capacity:
+                self._vectors.popitem(last=False)
             self.hits += len(pieces) - len(missing)
             self.misses += len(missing)
         return np.stack([found[p] for p in pieces])

@@ -219,3 +219,10 @@ def test_a_library_in_a_folder_others_can_write_is_not_loaded(fresh_build, caplo
     with caplog.at_level(logging.WARNING, logger="engine.kernels"):
         assert native_build.load_library("paged_decode") is None
     assert "writable by other users" in caplog.text and not list(fresh_build.glob("*.so"))
+
+
+def test_a_missing_kernel_source_is_a_warning_not_a_crash(fresh_build, monkeypatch, caplog) -> None:
+    monkeypatch.setattr(native_build, "SOURCE_DIR", fresh_build.parent / "not-installed")
+    with caplog.at_level(logging.WARNING, logger="engine.kernels"):
+        assert native_build.load_library("paged_decode") is None
+    assert "could not be built" in caplog.text

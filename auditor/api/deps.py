@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from auditor.api.errors import ApiError
 from auditor.auth.principal import AuthenticationError, AuthGuard, Principal, RoleNotAllowed, require_role
@@ -83,12 +84,15 @@ CallerDep = Annotated[Principal, Depends(authenticate)]
 
 
 def _role(*roles: str, trail_read: bool = False) -> Any:
-    def check(principal: CallerDep, request: Request, services: ServicesDep) -> Principal:
+    # async: the check itself is a set lookup, not worth a worker-thread hop on every request; only the
+    # refusal's access-log write goes to a thread
+    async def check(principal: CallerDep, request: Request, services: ServicesDep) -> Principal:
         try:
             return require_role(principal, *roles)
         except RoleNotAllowed as exc:
             if trail_read:   # a refused read of the trail is itself part of who-tried-to-read-what
-                log_denied(services.database, principal, target=request.url.path, reason=str(exc))
+                await run_in_threadpool(log_denied, services.database, principal, target=request.url.path,
+                                        reason=str(exc))
             raise ApiError(403, str(exc), code="insufficient_role") from exc
     return Depends(check)
 

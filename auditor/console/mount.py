@@ -7,6 +7,8 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from auditor.console import pages_admin, pages_jobs, pages_login, pages_trail
 from auditor.console.auth import ConsoleForbidden, LoginRequired, login_path
@@ -30,13 +32,32 @@ def install_console(app: FastAPI) -> None:
     async def _forbidden(request: Request, exc: ConsoleForbidden) -> HTMLResponse:
         return render(request, "error.html", None, status_code=403, message=str(exc))
 
-    @app.middleware("http")
-    async def _console_headers(request: Request, call_next):  # type: ignore[no-untyped-def]
-        response = await call_next(request)
-        if request.url.path.startswith("/console"):
-            response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
-            response.headers.setdefault("X-Content-Type-Options", "nosniff")
-            response.headers.setdefault("Referrer-Policy", "same-origin")
-            if not request.url.path.startswith("/console/static"):
-                response.headers.setdefault("Cache-Control", "no-store")   # trail contents stay out of caches
-        return response
+    app.add_middleware(ConsoleHeaders)
+
+
+class ConsoleHeaders:
+    """Security headers on the console's responses. Plain ASGI, not `@app.middleware("http")`: Starlette's
+    BaseHTTPMiddleware pipes every response, streamed inference included, through a task and a memory
+    stream, a cost each SSE chunk of every API request paid for headers only console pages carry."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if not path.startswith("/console"):
+            await self.app(scope, receive, send)
+            return
+        extra = [("content-security-policy", CONTENT_SECURITY_POLICY), ("x-content-type-options", "nosniff"),
+                 ("referrer-policy", "same-origin")]
+        if not path.startswith("/console/static"):
+            extra.append(("cache-control", "no-store"))   # trail contents stay out of caches
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in extra:
+                    headers.setdefault(name, value)
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

@@ -184,3 +184,18 @@ class _Operator:
     tenant = "ops"
     role = "admin"
     tenant_scope = None
+
+
+def test_every_console_response_carries_the_security_headers_and_the_api_does_not(app_client: Any) -> None:
+    client, keys, _ = app_client
+    redirect = client.get("/console/records", follow_redirects=False)   # not logged in: a redirect
+    refused = log_in(client, keys["client"])                            # a 403 page
+    static = client.get("/console/static/console.css")
+    for response in (redirect, refused, static):
+        assert "frame-ancestors 'none'" in response.headers["content-security-policy"], response.url
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["referrer-policy"] == "same-origin"
+    assert redirect.headers["cache-control"] == "no-store" and refused.headers["cache-control"] == "no-store"
+    assert static.status_code == 200 and static.headers.get("cache-control") != "no-store"   # may be cached
+    api = client.get("/health")
+    assert "content-security-policy" not in api.headers and "referrer-policy" not in api.headers

@@ -65,6 +65,28 @@ def test_outputs_match_the_in_process_engine_and_arrive_as_deltas(tiny_llama):
     assert dtype == in_process.dtype   # the core's resolved dtype (dtype=auto) reaches the audit records' side
 
 
+def test_prompts_tokenised_on_a_thread_or_inline_send_the_same_tokens(tiny_llama, monkeypatch):
+    """Short prompts are tokenised on the event loop, long ones on a thread: the same ids either way."""
+    import engine.core_client as core_client
+
+    prompt = "The patient was given"
+    expected = LLMEngine.from_pretrained(tiny_llama).generate([prompt], GREEDY)[0]
+
+    async def run(limit):
+        monkeypatch.setattr(core_client, "INLINE_TOKENIZE_CHARS", limit)
+        client = _client(tiny_llama)
+        await client.start()
+        try:
+            return await _collect(client, prompt, GREEDY, f"limit{limit}")
+        finally:
+            await client.shutdown()
+
+    for limit in (len(prompt), len(prompt) - 1):   # inline, then on a thread
+        outs = asyncio.run(run(limit))
+        assert [t for o in outs for t in o.token_ids] == expected.token_ids
+        assert outs[-1].stats.num_prompt_tokens == len(expected.prompt_token_ids)
+
+
 def test_a_consumer_that_falls_behind_gets_the_queued_deltas_merged(tiny_llama):
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, logprobs=1)
     expected = LLMEngine.from_pretrained(tiny_llama).generate(["The patient was"], params)[0]

@@ -72,17 +72,19 @@ def test_prompts_tokenised_on_a_thread_or_inline_send_the_same_tokens(tiny_llama
     prompt = "The patient was given"
     expected = LLMEngine.from_pretrained(tiny_llama).generate([prompt], GREEDY)[0]
 
-    async def run(limit):
-        monkeypatch.setattr(core_client, "INLINE_TOKENIZE_CHARS", limit)
+    async def main():
         client = _client(tiny_llama)
         await client.start()
         try:
-            return await _collect(client, prompt, GREEDY, f"limit{limit}")
+            results = []
+            for limit in (len(prompt), len(prompt) - 1):   # inline, then on a thread
+                monkeypatch.setattr(core_client, "INLINE_TOKENIZE_CHARS", limit)
+                results.append(await _collect(client, prompt, GREEDY, f"limit{limit}"))
+            return results
         finally:
             await client.shutdown()
 
-    for limit in (len(prompt), len(prompt) - 1):   # inline, then on a thread
-        outs = asyncio.run(run(limit))
+    for outs in asyncio.run(main()):
         assert [t for o in outs for t in o.token_ids] == expected.token_ids
         assert outs[-1].stats.num_prompt_tokens == len(expected.prompt_token_ids)
 

@@ -309,10 +309,9 @@ class AllowedView:
         nodes' sets, the token trie (a dict per node) and the live nodes. The masks it caches later are bounded
         by `CacheLimits.masks_per_view` and mostly small (a few blocked ids)."""
         nodes = self.allowed_nodes
-        arrays = [nodes.allowed_array, nodes.live_array, *self._static.values(), *self._root_blocked.values(),
-                  *self._both.values()]
+        arrays = [*self._static.values(), *self._root_blocked.values(), *self._both.values()]
         below = sum(len(names) for names in nodes.below.values())
-        return (sum(array.nbytes for array in arrays) + 200 * (len(nodes.live) + len(nodes.below)) + 40 * below
+        return (nodes.nbytes + sum(array.nbytes for array in arrays) + 200 * (len(nodes.live) + len(nodes.below)) + 40 * below
                 + 300 * len(self.trie) + 60 * len(self.live) + 60 * len(nodes.nodes))
 
     def _live_nodes(self) -> frozenset[int]:

@@ -223,8 +223,6 @@ def evaluate(parts: list[Records], allowed: AllowedNodes) -> tuple[Ranges, Range
     records, under one allowed set; None when a closing would open an obligation."""
     if len(parts) == 1:
         return _evaluate_one(parts[0], allowed)
-    live = allowed.live_array
-
     def cat(name: str) -> np.ndarray:
         return np.concatenate([getattr(p, name) for p in parts])
 
@@ -234,10 +232,10 @@ def evaluate(parts: list[Records], allowed: AllowedNodes) -> tuple[Ranges, Range
     bad = np.zeros(0, dtype=bool)
     if len(close_lo):
         node, d = cat("close_node"), cat("close_depth")
-        allowed_here = allowed.allowed_array[node]
+        allowed_here = allowed.is_allowed(node)
         forbidden = np.where(cat("close_name") & ~allowed_here, d, -1)
         allowed_depth = np.where(allowed_here, d, -1)
-        carrier = np.where(live[cat("close_space")], d, -1)
+        carrier = np.where(allowed.is_live(cat("close_space")), d, -1)
         first, (forbidden, allowed_depth, carrier) = _group_max(cat("close_key"), [forbidden, allowed_depth, carrier])
         close_lo, close_hi = close_lo[first], close_hi[first]
         # a forbidden name closes with no longer allowed name closing over it (`forbidden_closing`)
@@ -249,7 +247,7 @@ def evaluate(parts: list[Records], allowed: AllowedNodes) -> tuple[Ranges, Range
     dead_end = word_dead = np.zeros(0, dtype=bool)
     if len(exact_lo):
         d = cat("exact_depth")
-        alive = live[cat("exact_node")]
+        alive = allowed.is_live(cat("exact_node"))
         dead = np.where(cat("exact_name") & ~alive, d, -1)
         live_depth = np.where(alive, d, -1)
         spaced = cat("exact_spaced")
@@ -264,23 +262,22 @@ def evaluate(parts: list[Records], allowed: AllowedNodes) -> tuple[Ranges, Range
 def _evaluate_one(records: Records, allowed: AllowedNodes) -> tuple[Ranges, Ranges] | None:
     """`evaluate` for one open match: every group holds one node, so the depth comparisons drop
     out and only the records where a name ends, or a dead word may, matter."""
-    live = allowed.live_array
     guard = dead = (_EMPTY, _EMPTY)
     names = records.close_names
     if names:
-        bad = ~allowed.allowed_array[records.close_node[:names]]       # a forbidden name closes
+        bad = ~allowed.is_allowed(records.close_node[:names])       # a forbidden name closes
         if bad.any():
-            if live[records.close_space[:names][bad]].any():
+            if allowed.is_live(records.close_space[:names][bad]).any():
                 return None   # ... and goes on toward an allowed name: an obligation
             guard = (records.close_lo[:names][bad], records.close_hi[:names][bad])
     names, words = records.exact_names, records.exact_words
     if names:
-        dead_end = ~live[records.exact_node[:names]]                    # a name nothing allowed continues
+        dead_end = ~allowed.is_live(records.exact_node[:names])                    # a name nothing allowed continues
         if dead_end.any():
             guard = (np.concatenate([guard[0], records.exact_lo[:names][dead_end]]),
                      np.concatenate([guard[1], records.exact_hi[:names][dead_end]]))
     if words > names:
-        word_dead = ~live[records.exact_node[names:words]]
+        word_dead = ~allowed.is_live(records.exact_node[names:words])
         dead = (records.exact_lo[names:words][word_dead], records.exact_hi[names:words][word_dead])
     return guard, dead
 

@@ -153,7 +153,7 @@ class SurfaceGuard:
         """bool [vocab]: tokens that close a forbidden name inside themselves."""
         blocked = np.zeros(self.vocab_size, dtype=bool)
         nodes = self._single_node[boundary]
-        blocked[self._single_tok[boundary][~allowed.allowed_array[nodes]]] = True   # single forbidden closings
+        blocked[self._single_tok[boundary][~allowed.is_allowed(nodes)]] = True   # single forbidden closings
         for token_id, group in self._multi[boundary]:
             if allowed.violates(group):
                 blocked[token_id] = True

@@ -105,3 +105,26 @@ def test_the_packed_records_pickle_as_a_few_arrays_whatever_their_number(guard: 
     pickle.dumps(guard._records, protocol=5, buffer_callback=buffers.append)   # one buffer per numpy array
     assert len(guard._records) > 20
     assert len(buffers) <= len(fields(Records)) + 4
+
+
+@pytest.mark.parametrize("allowed_ids", [[], ["w1"], ["w2", "k1"], ["l3", "a2", "k3"], ENTITY_IDS])
+def test_vectorised_membership_answers_as_the_sets_do(allowed_ids: list[str]) -> None:
+    """`is_allowed` / `is_live` (sorted arrays, no array over the whole trie) agree with the sets node by node,
+    the sentinel included (it is never allowed nor live)."""
+    allowed = AllowedNodes(TRIE, allowed_ids)
+    every_node = np.arange(TRIE.sentinel + 1, dtype=np.int64)
+    query = np.concatenate([every_node, every_node[::-1], every_node[:0]])   # repeats and reverse order
+    assert allowed.is_allowed(query).tolist() == [int(n) in allowed.nodes for n in query]
+    assert allowed.is_live(query).tolist() == [int(n) in allowed.live for n in query]
+    assert not allowed.is_live(np.array([TRIE.sentinel]))[0] and allowed.is_allowed(np.zeros(0, dtype=np.int64)).size == 0
+    for node, terminals in allowed.below.items():   # each allowed name at or below its nodes, once
+        assert len(terminals) == len(set(terminals)) and all(t in allowed.nodes for t in terminals)
+        assert all(node == t or _is_ancestor(node, t) for t in terminals)
+
+
+def _is_ancestor(node: int, descendant: int) -> bool:
+    while descendant > 0:
+        descendant = TRIE.parent[descendant]
+        if descendant == node:
+            return True
+    return False

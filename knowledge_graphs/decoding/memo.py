@@ -10,6 +10,7 @@ per hit on the step thread).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
@@ -30,7 +31,7 @@ def arrays_bytes(*arrays: np.ndarray) -> int:
 class ByteBoundedMemo(Generic[K, V]):
     """key -> value, at most about `max_bytes` of them by `size_of`; the oldest entries are dropped first."""
 
-    __slots__ = ("_entries", "_sizes", "bytes", "entry_bytes", "max_bytes", "size_of")
+    __slots__ = ("_entries", "_lock", "_sizes", "bytes", "entry_bytes", "max_bytes", "size_of")
 
     def __init__(self, max_bytes: int, size_of: Callable[[V], int], *, entry_bytes: int = ENTRY_OVERHEAD) -> None:
         """entry_bytes: what an entry takes besides `size_of(value)` (its dict slot and its key)."""
@@ -40,6 +41,19 @@ class ByteBoundedMemo(Generic[K, V]):
         self._entries: dict[K, V] = {}
         self._sizes: dict[K, int] = {}
         self.bytes = 0
+        # writers: the engine core's step thread and its input thread (building a view) both put; without it,
+        # two evicting at once could delete the same oldest entry (KeyError) and lose byte counts
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, object]:   # the index cache pickles memos; a lock does not pickle
+        return {name: getattr(self, name) for name in self.__slots__ if name != "_lock"}
+
+    def __setstate__(self, state: dict[str, object] | tuple[None, dict[str, object]]) -> None:
+        if isinstance(state, tuple):   # pickled before the lock existed: (None, slots)
+            state = state[1]
+        for name, value in state.items():
+            setattr(self, name, value)
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -53,18 +67,20 @@ class ByteBoundedMemo(Generic[K, V]):
     def put(self, key: K, value: V) -> V:
         """Keep `value` under `key` (replacing what was there) and return it."""
         size = self.entry_bytes + self.size_of(value)
-        self.bytes += size - self._sizes.pop(key, 0)
-        self._entries.pop(key, None)
-        self._entries[key] = value
-        self._sizes[key] = size
-        entries, sizes = self._entries, self._sizes
-        while self.bytes > self.max_bytes and len(entries) > 1:
-            oldest = next(iter(entries))
-            del entries[oldest]
-            self.bytes -= sizes.pop(oldest)
+        with self._lock:
+            self.bytes += size - self._sizes.pop(key, 0)
+            self._entries.pop(key, None)
+            self._entries[key] = value
+            self._sizes[key] = size
+            entries, sizes = self._entries, self._sizes
+            while self.bytes > self.max_bytes and len(entries) > 1:
+                oldest = next(iter(entries))
+                del entries[oldest]
+                self.bytes -= sizes.pop(oldest)
         return value
 
     def clear(self) -> None:
-        self._entries.clear()
-        self._sizes.clear()
-        self.bytes = 0
+        with self._lock:
+            self._entries.clear()
+            self._sizes.clear()
+            self.bytes = 0

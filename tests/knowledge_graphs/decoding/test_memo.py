@@ -52,3 +52,44 @@ def test_walk_records_count_the_arrays_their_columns_view() -> None:
     columns = {name: (exact if name.startswith("exact_") else close)[:, i % 7] for i, name in enumerate(_ARRAY_FIELDS)}
     record = Records(**columns, exact_names=0, exact_words=0, close_names=0)
     assert records_bytes(record) == RECORDS_OBJECT_BYTES + len(_ARRAY_FIELDS) * ARRAY_OVERHEAD + 5600 + 3200
+
+
+def test_writers_racing_to_evict_keep_the_count_exact_and_raise_nothing() -> None:
+    """The engine core's step thread and input thread both put: eviction under a tiny budget, from four threads
+    with a switch after almost every bytecode, never deletes one entry twice nor loses bytes."""
+    import sys
+    import threading
+
+    memo: ByteBoundedMemo[tuple[int, int], int] = ByteBoundedMemo(50, lambda size: size, entry_bytes=0)
+    errors: list[BaseException] = []
+
+    def write(worker: int) -> None:
+        try:
+            for i in range(3000):
+                memo.put((worker, i), 1 + i % 7)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=write, args=(w,)) for w in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors
+    assert memo.bytes == sum(1 + key[1] % 7 for key in memo._entries) <= 50
+    assert set(memo._sizes) == set(memo._entries)
+
+
+def test_a_memo_pickles_without_its_lock_and_takes_writes_after() -> None:
+    import pickle
+
+    memo: ByteBoundedMemo[str, int] = ByteBoundedMemo(1000, abs, entry_bytes=0)   # a picklable size_of
+    memo.put("a", 100)
+    copy = pickle.loads(pickle.dumps(memo))
+    copy.put("b", 200)
+    assert copy.get("a") == 100 and copy.bytes == 300 and memo.bytes == 100

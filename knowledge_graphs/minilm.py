@@ -21,6 +21,9 @@ import numpy as np
 from tokenizers import Tokenizer
 
 MAX_SEQ_LENGTH = 256   # sentence-transformers' max_seq_length for this model: longer inputs are cut there
+# A forward's fixed cost (reading ~42 MB of weights) is about 12 tokens' worth of compute: ~5 ms against ~0.4 ms
+# a token on one Zen 4 core. Short sentences pay it mostly: 12 ms for one of 12 tokens, 7 ms each in fours.
+PADDING_BUDGET_TOKENS = 12
 _ERF_P = 0.3275911     # Abramowitz & Stegun 7.1.26: |error| < 1.5e-7, below float32's resolution of GELU here
 _ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 
@@ -87,10 +90,8 @@ class MiniLMEncoder:
             return np.zeros((0, self.dimension), dtype=np.float32)
         with self._tokenize_lock:
             ids = [encoding.ids for encoding in self.tokenizer.encode_batch(texts)]
-        order = sorted(range(len(texts)), key=lambda i: len(ids[i]))   # like lengths together: less padding
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
+        for chunk in _length_chunks([len(i) for i in ids], batch_size):
             out[chunk] = self._forward([ids[i] for i in chunk])
         return out
 
@@ -145,6 +146,23 @@ class MiniLMEncoder:
         centred *= weight_bias[0]
         centred += weight_bias[1]
         return centred
+
+
+def _length_chunks(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Indices in forwards of like lengths: sorted by length, a new forward whenever padding the ones so far to
+    the next length would cost more than a forward's fixed cost (`PADDING_BUDGET_TOKENS`)."""
+    chunks: list[list[int]] = []
+    chunk: list[int] = []
+    longest = 0
+    for index in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if chunk and (len(chunk) >= batch_size or len(chunk) * (lengths[index] - longest) > PADDING_BUDGET_TOKENS):
+            chunks.append(chunk)
+            chunk = []
+        chunk.append(index)
+        longest = lengths[index]
+    if chunk:
+        chunks.append(chunk)
+    return chunks
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from knowledge_graphs.detection.classifier import DomainClassifier, kg_feature_vector, load_classifier
+from knowledge_graphs.detection.coalescing import CoalescingEncoder
 from knowledge_graphs.detection.embedding_cache import EmbeddingCache
 from knowledge_graphs.detection.evidence import KgEvidence, KgHit, feature_counts
 from knowledge_graphs.model import KnowledgeGraph
@@ -120,15 +121,14 @@ class DomainDetector:
         self.threshold = threshold
         self._dim = int(self.classifier.weights.shape[1]) - len(kg_feature_vector({}))
         self.embeddings = EmbeddingCache(embedding_cache)
+        self.encoder = CoalescingEncoder(_encode_with_minilm)   # concurrent requests' sentences share forwards
 
     @property
     def version(self) -> str:
         return self.classifier.version
 
     def embed(self, pieces: list[str]) -> np.ndarray:
-        from knowledge_graphs.minilm import load_encoder  # numpy, no torch: see knowledge_graphs.minilm
-
-        return self.embeddings.vectors(pieces, load_encoder().encode)    # [n, dim], unit length
+        return self.embeddings.vectors(pieces, self.encoder)    # [n, dim], unit length
 
     def start(self, prompt: str | None = None) -> DetectionState:
         state = DetectionState(self, np.zeros(self._dim, dtype=np.float32))
@@ -165,3 +165,9 @@ class DomainDetector:
         evidence = {d: sorted(h.entity_id for h in hits if h.domain == d) for d in self.domains}
         return Detection(scores, tuple(above), self.threshold, {d: ids for d, ids in evidence.items() if ids},
                          self.classifier.version, sentences, dict(triggers))
+
+
+def _encode_with_minilm(texts: list[str]) -> np.ndarray:
+    from knowledge_graphs.minilm import load_encoder  # numpy, no torch: see knowledge_graphs.minilm
+
+    return load_encoder().encode(texts)

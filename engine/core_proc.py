@@ -1,10 +1,12 @@
 """The engine core in its own process (after vLLM V1's EngineCoreProc): a busy step loop that shares no
 GIL with HTTP, validation or SQL.
 
-Three threads, one job each:
-- the input thread owns the ROUTER socket clients talk to. It decodes requests and prepares them
-  (validation, the processors' per-request work such as a KG constraint's allowed-set view) before they
-  reach the step loop, so admitting a request never stalls the batch;
+Threads with one job each:
+- the input thread owns the ROUTER socket clients talk to. It decodes requests and hands them to
+- the preparing threads (`PREPARING_THREADS`), which prepare them (validation, the processors' per-request
+  work such as a KG constraint's allowed-set view) before they reach the step loop, so admitting a request
+  never stalls the batch, and a slow view (hundreds of ms for a large medical set) holds up only its own
+  request, not every request behind it;
 - the main thread runs the step loop: admit prepared requests and aborts, `step_core()`, hand each client
   its deltas; it blocks only when there is nothing to run;
 - the output thread encodes and sends, overlapping the next step's compute (torch releases the GIL).
@@ -39,6 +41,7 @@ if TYPE_CHECKING:   # torch: imported by the builder, not by the API processes t
 logger = logging.getLogger("engine.core")
 
 _SHUTDOWN = object()
+PREPARING_THREADS = 2   # more would only take more of the step loop's GIL
 
 
 def run_engine_core(builder: Callable[[], LLMEngine], input_address: str, ready: Connection,
@@ -94,6 +97,12 @@ class EngineCoreProc:
         self.inputs: queue.Queue[Any] = queue.Queue()     # input thread -> step loop
         self.outputs: queue.Queue[Any] = queue.Queue()    # step loop / input thread -> output thread
         self.owners: dict[str, bytes] = {}                # request id -> the client that sent it
+        self.to_prepare: queue.SimpleQueue[tuple[bytes, list[Any]]] = queue.SimpleQueue()   # input -> preparing
+        # requests handed to a preparing thread and not yet queued for the step loop, and those of them aborted
+        # meanwhile (an abort must not overtake its request: the step loop would not know the id yet)
+        self._preparing: set[str] = set()
+        self._aborted_while_preparing: set[str] = set()
+        self._preparing_lock = threading.Lock()
         self.context = zmq.Context()
         self.input_socket = self.context.socket(zmq.ROUTER)
         self.input_socket.setsockopt(zmq.LINGER, 0)
@@ -108,6 +117,8 @@ class EngineCoreProc:
     def run(self) -> int:
         threading.Thread(target=self._input_loop, name="engine-core-input", daemon=True).start()
         threading.Thread(target=self._output_loop, name="engine-core-output", daemon=True).start()
+        for index in range(PREPARING_THREADS):
+            threading.Thread(target=self._prepare_loop, name=f"engine-core-prepare-{index}", daemon=True).start()
         last_stats = last_trim = time.monotonic()
         active = False
         try:
@@ -193,8 +204,12 @@ class EngineCoreProc:
             message = unpack(payload)
             kind = message[0]
             if kind == "add":
-                self._prepare(identity, message)
+                with self._preparing_lock:
+                    self._preparing.add(message[1])
+                self.to_prepare.put((identity, message))
             elif kind == "abort":
+                with self._preparing_lock:
+                    self._aborted_while_preparing.update(r for r in message[1] if r in self._preparing)
                 self.inputs.put(("abort", message[1], message[2]))
             elif kind == "hello":
                 self.outputs.put(("connect", identity, message[1]))
@@ -203,19 +218,28 @@ class EngineCoreProc:
                 self.inputs.put(("shutdown",))
                 return
 
+    def _prepare_loop(self) -> None:
+        while True:
+            identity, message = self.to_prepare.get()
+            self._prepare(identity, message)
+
     def _prepare(self, identity: bytes, message: list[Any]) -> None:
         _, request_id, prompt_token_ids, params, intent, cache_salt = message
+        seq = None
         try:
             seq = self.engine.prepare_request(request_id, prompt_token_ids, params_from_wire(params),
                                               intent=intent, cache_salt=cache_salt)
         except (InvalidRequestError, TypeError) as exc:   # TypeError: unknown sampling parameter names
             self.outputs.put(("send", identity, ["err", request_id, str(exc)]))
-            return
         except Exception as exc:  # noqa: BLE001 - a bug in preparing one request fails that request, not the core
             logger.exception("preparing request %s failed", request_id)
             self.outputs.put(("send", identity, ["fail", request_id, f"{type(exc).__name__}: {exc}"]))
-            return
-        self.inputs.put(("add", identity, seq))
+        with self._preparing_lock:   # queued under the lock: an abort arriving now lands behind it
+            self._preparing.discard(request_id)
+            aborted = request_id in self._aborted_while_preparing
+            self._aborted_while_preparing.discard(request_id)
+            if seq is not None and not aborted:
+                self.inputs.put(("add", identity, seq))
 
     # ---- the output thread -----------------------------------------------------------------------
 

@@ -291,3 +291,86 @@ def test_a_bug_preparing_one_request_fails_that_request_not_the_core(tiny_llama)
 
     outs, available = asyncio.run(main())
     assert available and outs[-1].finished and sum(len(o.token_ids) for o in outs) == 12
+
+
+class _SlowToPrepare:
+    """Prepares requests that name it slowly (`seconds`), and notes in `log` every request the step loop
+    admits (module level: the core pickles it)."""
+
+    name = "slow_to_prepare"
+
+    def prepare(self, params):
+        if self.name in params.extra_args:
+            time.sleep(params.extra_args[self.name]["seconds"])
+
+    def validate_params(self, params):
+        pass
+
+    def add_request(self, request_id, params, prompt_token_ids, output_token_ids):
+        with open(params.extra_args[self.name]["log"], "a") as log:
+            log.write(request_id + "\n")
+        return False
+
+    def remove_request(self, request_id):
+        pass
+
+
+def _engine_with_a_slow_processor(path):
+    return LLMEngine.from_pretrained(path, logits_processors=[_SlowToPrepare()])
+
+
+def _slow_client(path) -> EngineCoreClient:
+    return EngineCoreClient(functools.partial(_engine_with_a_slow_processor, path), load_tokenizer(path))
+
+
+def _slow_params(log, seconds: float, max_tokens: int = 12) -> SamplingParams:
+    return SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True,
+                          extra_args={"slow_to_prepare": {"seconds": seconds, "log": str(log)}})
+
+
+def test_a_slow_preparation_holds_up_only_its_own_request(tiny_llama, tmp_path):
+    log = tmp_path / "admitted.log"
+
+    async def timed(client, params, request_id):
+        outs = await _collect(client, "The patient was", params, request_id)
+        return time.monotonic(), outs
+
+    async def main():
+        client = _slow_client(tiny_llama)
+        await client.start()
+        try:
+            slow = asyncio.create_task(timed(client, _slow_params(log, 2.0), "slow"))
+            await asyncio.sleep(0.2)    # the slow one is being prepared
+            fast_done, fast = await timed(client, _slow_params(log, 0.0), "fast")
+            slow_done, slow_outs = await slow
+            return fast_done, fast, slow_done, slow_outs
+        finally:
+            await client.shutdown()
+
+    fast_done, fast, slow_done, slow_outs = asyncio.run(main())
+    assert fast[-1].finished and slow_outs[-1].finished
+    assert log.read_text().split() == ["fast", "slow"]      # admitted while the slow one was still preparing
+    assert slow_done - fast_done > 1.0
+
+
+def test_an_abort_during_preparation_keeps_the_request_out_of_the_engine(tiny_llama, tmp_path):
+    log = tmp_path / "admitted.log"
+
+    async def main():
+        client = _slow_client(tiny_llama)
+        await client.start()
+        try:
+            slow = asyncio.create_task(_collect(client, "The patient was", _slow_params(log, 1.0, 64), "gone"))
+            await asyncio.sleep(0.3)    # in preparation: the client leaves, and its abort reaches the core first
+            slow.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await slow
+            await asyncio.sleep(1.2)    # its preparation has ended by now
+            after = await _collect(client, "The patient was", _slow_params(log, 0.0), "after")
+            return after, client.available
+        finally:
+            await client.shutdown()
+
+    after, available = asyncio.run(main())
+    assert available and after[-1].finished
+    assert log.read_text().split() == ["after"]             # the aborted one never reached the step loop

@@ -21,8 +21,9 @@ import numpy as np
 from tokenizers import Tokenizer
 
 MAX_SEQ_LENGTH = 256   # sentence-transformers' max_seq_length for this model: longer inputs are cut there
-# A forward's fixed cost (reading ~42 MB of weights) is about 12 tokens' worth of compute: ~5 ms against ~0.4 ms
-# a token on one Zen 4 core. Short sentences pay it mostly: 12 ms for one of 12 tokens, 7 ms each in fours.
+# A forward's fixed cost (matrix products over few rows, through ~42 MB of weights) is about 12 tokens' worth of
+# compute: ~5 ms against ~0.4 ms a token on one Zen 4 core. Short sentences pay it mostly: 11-12 ms for one of
+# 12 tokens, ~7 ms each in fours (`python -m benchmarks.audit_cpu`).
 PADDING_BUDGET_TOKENS = 12
 _ERF_P = 0.3275911     # Abramowitz & Stegun 7.1.26: |error| < 1.5e-7, below float32's resolution of GELU here
 _ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)

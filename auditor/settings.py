@@ -86,6 +86,10 @@ class Settings(BaseSettings):
     # each of the many worker threads a heap of its own, whose freed pages fragment and stay resident; a few
     # shared arenas keep RSS flat under sustained load at no measurable throughput cost. 0: glibc's default.
     malloc_arena_max: int = Field(default=2, ge=0)
+    # Heap blocks of at least this many kB get pages of their own, returned to the OS when freed (glibc's
+    # M_MMAP_THRESHOLD, pinned: otherwise it rises to the largest block ever freed, up to 32 MB, and the allowed-set
+    # views' arrays and dict tables fragment the heap as they come and go). 0: glibc's default.
+    malloc_mmap_threshold_kb: int = Field(default=128, ge=0)
     # Per-domain retention of record content, in days (None/absent -> default_retention_days).
     retention_days: dict[str, int] = Field(default_factory=dict)
     default_retention_days: int | None = None             # None -> keep forever

@@ -7,7 +7,7 @@ KG's indicated drugs) and widens every allowed set by an entity no earlier run n
 masks are built afresh all along, as on a server whose every request brings its own prompt entities.
 Freed heap pages are handed back to the OS on the engine-core process's schedule
 (`engine.memory.malloc_trim` every `--trim-every-s`, 30 s as in `engine/core_proc.py`; 0: never), and malloc
-arenas are limited as the core limits them (`AUDITOR_MALLOC_ARENA_MAX`).
+arenas and the mmap threshold are set as the core sets them (`AUDITOR_MALLOC_ARENA_MAX`, `AUDITOR_MALLOC_MMAP_THRESHOLD_KB`).
 
 RSS is sampled after every run. `rss_growth_frac` = last sample / the sample after the first minute - 1
 (the issue's target is within +10%); `rss_slope_mb_per_min` is a least-squares slope after the first
@@ -33,7 +33,7 @@ from benchmarks.soak import slope_per_minute, window_peaks
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.loader import generation_eos_ids, load_model_config
-from engine.memory import limit_malloc_arenas, malloc_trim
+from engine.memory import configure_malloc, malloc_trim
 from engine.sampling_params import SamplingParams
 from engine.synthetic import write_checkpoint_with_tokenizer
 from engine.tokenizer import Tokenizer
@@ -72,7 +72,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--trim-every-s", type=float, default=30.0)
     args = setup(parser)
-    limit_malloc_arenas(Settings().malloc_arena_max)   # as the engine core does before its threads allocate
+    settings = Settings()   # malloc set up as the engine core sets it before its threads allocate
+    configure_malloc(arena_max=settings.malloc_arena_max, mmap_threshold_bytes=settings.malloc_mmap_threshold_kb * 1024)
     kg = load_kg(DOMAIN)
     anchors = sorted({f.subject for f in kg.facts(relation="indicated_for")})
     drugs = sorted(e.id for e in kg.entities("drug") if 5 <= len(e.name) <= 14 and e.name.isalpha())

@@ -46,9 +46,10 @@ def _serve_with_gc_off(args: argparse.Namespace) -> int:
     from auditor.serving.engine_loading import EngineLoadError, check_engine_settings, start_engine_core
 
     settings = load_settings()
-    from engine.memory import limit_malloc_arenas
+    from engine.memory import configure_malloc
 
-    limit_malloc_arenas(settings.malloc_arena_max)   # before uvicorn and the worker threads start allocating
+    # before uvicorn and the worker threads start allocating
+    configure_malloc(arena_max=settings.malloc_arena_max, mmap_threshold_bytes=settings.malloc_mmap_threshold_kb * 1024)
     host, port = args.host or settings.host, args.port or settings.port
     if settings.local_engine:   # a replica that only forwards to upstreams has no engine to check
         try:

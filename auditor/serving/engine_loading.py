@@ -173,9 +173,10 @@ class EngineRecipe:
     def __call__(self) -> LLMEngine:
         # No cyclic GC while building (torch's import and the KGs are millions of long-lived objects, and
         # build_engine collects once at its end); what is built is frozen out of the GC's view for the step loop.
-        from engine.memory import limit_malloc_arenas
+        from engine.memory import configure_malloc
 
-        limit_malloc_arenas(self.settings.malloc_arena_max)   # before the step loop's threads allocate
+        configure_malloc(arena_max=self.settings.malloc_arena_max,   # before the step loop's threads allocate
+                         mmap_threshold_bytes=self.settings.malloc_mmap_threshold_kb * 1024)
         enabled = gc.isenabled()
         gc.disable()
         try:

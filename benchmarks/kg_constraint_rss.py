@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from auditor.serving.engine_loading import configure_malloc_for
 from auditor.settings import Settings
 from benchmarks._common import add_common_args, emit, log, rss_mb, setup
 from benchmarks.kg_constraint import BATCH, DOMAIN, EXTRA_TOKENS, EntityPlan, _names
@@ -33,7 +34,7 @@ from benchmarks.soak import slope_per_minute, window_peaks
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.loader import generation_eos_ids, load_model_config
-from engine.memory import configure_malloc, malloc_trim
+from engine.memory import malloc_trim
 from engine.sampling_params import SamplingParams
 from engine.synthetic import write_checkpoint_with_tokenizer
 from engine.tokenizer import Tokenizer
@@ -72,8 +73,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--trim-every-s", type=float, default=30.0)
     args = setup(parser)
-    settings = Settings()   # malloc set up as the engine core sets it before its threads allocate
-    configure_malloc(arena_max=settings.malloc_arena_max, mmap_threshold_bytes=settings.malloc_mmap_threshold_kb * 1024)
+    configure_malloc_for(Settings())   # as the engine core sets malloc up before its threads allocate
     kg = load_kg(DOMAIN)
     anchors = sorted({f.subject for f in kg.facts(relation="indicated_for")})
     drugs = sorted(e.id for e in kg.entities("drug") if 5 <= len(e.name) <= 14 and e.name.isalpha())

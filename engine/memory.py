@@ -9,30 +9,27 @@ from functools import cache
 
 
 @cache
-def _libc_trim() -> Callable[[int], int] | None:
+def _glibc_function(name: str, argtypes: tuple[type, ...]) -> Callable[..., int] | None:
+    """One of glibc's malloc functions, typed (returns int); None where there is no glibc."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
+        function = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
     except (OSError, AttributeError):   # not glibc
         return None
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    return trim
+    function.argtypes, function.restype = list(argtypes), ctypes.c_int
+    return function
+
+
+def _libc_trim() -> Callable[[int], int] | None:
+    return _glibc_function("malloc_trim", (ctypes.c_size_t,))
+
+
+def _libc_mallopt() -> Callable[[int, int], int] | None:
+    return _glibc_function("mallopt", (ctypes.c_int, ctypes.c_int))
 
 
 # glibc's mallopt parameters
 M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
-
-
-@cache
-def _libc_mallopt() -> Callable[[int, int], int] | None:
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):   # not glibc
-        return None
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return mallopt
 
 
 def limit_malloc_arenas(count: int) -> bool:

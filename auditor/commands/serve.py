@@ -43,13 +43,15 @@ def _serve_with_gc_off(args: argparse.Namespace) -> int:
     # validators and the domain detector first import it, deep in the app's import chain, ~1 s.
     import wordfreq  # noqa: F401
 
-    from auditor.serving.engine_loading import EngineLoadError, check_engine_settings, start_engine_core
+    from auditor.serving.engine_loading import (
+        EngineLoadError,
+        check_engine_settings,
+        configure_malloc_for,
+        start_engine_core,
+    )
 
     settings = load_settings()
-    from engine.memory import configure_malloc
-
-    # before uvicorn and the worker threads start allocating
-    configure_malloc(arena_max=settings.malloc_arena_max, mmap_threshold_bytes=settings.malloc_mmap_threshold_kb * 1024)
+    configure_malloc_for(settings)   # before uvicorn and the worker threads start allocating
     host, port = args.host or settings.host, args.port or settings.port
     if settings.local_engine:   # a replica that only forwards to upstreams has no engine to check
         try:

@@ -163,6 +163,14 @@ def _register_from_disk(constraint: KGConstraintProcessor, domain: str, index_ca
     return bool(read)
 
 
+def configure_malloc_for(settings: Settings) -> None:
+    """glibc's malloc as the settings ask (arenas, mmap threshold), in the process that calls it: the API process
+    and the engine core each call it before their threads allocate."""
+    from engine.memory import configure_malloc
+
+    configure_malloc(arena_max=settings.malloc_arena_max, mmap_threshold_bytes=settings.malloc_mmap_threshold_kb * 1024)
+
+
 @dataclass(frozen=True, slots=True)
 class EngineRecipe:
     """`build_engine` as the settings ask for it, run where it is called: what `start_engine_core` hands the
@@ -173,10 +181,7 @@ class EngineRecipe:
     def __call__(self) -> LLMEngine:
         # No cyclic GC while building (torch's import and the KGs are millions of long-lived objects, and
         # build_engine collects once at its end); what is built is frozen out of the GC's view for the step loop.
-        from engine.memory import configure_malloc
-
-        configure_malloc(arena_max=self.settings.malloc_arena_max,   # before the step loop's threads allocate
-                         mmap_threshold_bytes=self.settings.malloc_mmap_threshold_kb * 1024)
+        configure_malloc_for(self.settings)   # before the step loop's threads allocate
         enabled = gc.isenabled()
         gc.disable()
         try:

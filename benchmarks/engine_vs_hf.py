@@ -1,4 +1,4 @@
-"""Throughput of our engine vs transformers `generate` (sequential and padded batches), CPU, one dtype.
+"""Throughput of our engine vs transformers `generate` (sequential and padded batches), one dtype, one device.
 
 Workload: 64 seeded requests, prompt lengths 16-512, output lengths 16-256, ignore_eos, greedy.
 Every timed run draws a fresh workload (its own seed) that both contenders decode: nothing any run
@@ -11,7 +11,8 @@ HF loads the checkpoint in the dtype the engine resolved (`--dtype`, default aut
 `greedy_exact_match`, our greedy tokens equal HF's; `greedy_match`, each request matches or parts
 from HF only at a near-tie (`greedy_agreement`), which in bf16 on this random-weight model (logits
 within a few hundredths of each other) happens within a few tokens; `greedy_token_match_frac`, the
-tokens that agree before any divergence.
+tokens that agree before any divergence. `--device cuda` runs both contenders on the GPU (CPU threads then
+only drive it).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def hf_generate_batch(model, batch: list[Request], *, scores: bool = False):
         mask[row, width - len(prompt):] = 1
     with torch.inference_mode():
         out = model.generate(
-            input_ids=ids, attention_mask=mask, max_new_tokens=max(o for _, o in batch), do_sample=False,
+            input_ids=ids.to(model.device), attention_mask=mask.to(model.device), max_new_tokens=max(o for _, o in batch), do_sample=False,
             pad_token_id=0, output_logits=scores, return_dict_in_generate=scores,
         )
     sequences = out.sequences if scores else out
@@ -115,15 +116,16 @@ def greedy_agreement(engine: LLMEngine, hf, requests: list[Request]) -> dict[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(parser)
+    parser.add_argument("--device", default="cpu", help="torch device of both contenders (cpu, cuda)")
     args = setup(parser)
     import transformers  # noqa: PLC0415 - benchmark-only dependency
 
     transformers.logging.set_verbosity_error()
     path = bench_checkpoint()
     engine = LLMEngine.from_pretrained(path, EngineConfig(max_num_seqs=64, max_num_batched_tokens=1024,
-                                                          dtype=args.dtype))
+                                                          dtype=args.dtype, device=args.device))
     dtype = next(engine.model.parameters()).dtype        # "auto" resolved: HF runs in the same one
-    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(args.device).eval()
     hf.generation_config.eos_token_id = None  # ignore_eos, like the engine's requests
 
     warm = [(p[:32], 8) for p, _ in workload(seed=10_000, num_requests=4)]   # warm-up both paths alike
@@ -184,6 +186,7 @@ def main() -> None:
         "ratio_vs_batched_by_size": {b: round(ratio(batched[b]), 2) for b in BATCH_SIZES},
         "prefix_cache_hit_frac_timed": round(hits / queries, 4) if queries else 0.0,
         "dtype": engine.dtype,
+        "device": args.device,
         "greedy_checked_requests": GREEDY_CHECKS,
         "num_requests_per_run": NUM_REQUESTS,
         "timed_pairs": pair,

@@ -156,7 +156,8 @@ class Sampler:
             tok_idx = [t for r in rep_rows for t in seqs[r].all_token_ids()]
             seen = torch.zeros(len(rep_rows), vocab, dtype=torch.bool, device=logits.device)
             local = {r: i for i, r in enumerate(rep_rows)}
-            seen[torch.tensor([local[r] for r in row_idx], dtype=torch.long), torch.tensor(tok_idx, dtype=torch.long)] = True
+            seen[torch.tensor([local[r] for r in row_idx], dtype=torch.long, device=logits.device),
+                 torch.tensor(tok_idx, dtype=torch.long, device=logits.device)] = True
             penalty = torch.tensor([seqs[r].params.repetition_penalty for r in rep_rows], device=logits.device)[:, None]
             index = torch.tensor(rep_rows, device=logits.device)
             sub = logits[index]
@@ -168,12 +169,13 @@ class Sampler:
         ]
         if pf_rows:
             # OpenAI semantics over generated tokens: logit -= freq * count + presence * (count > 0)
-            counts = torch.zeros(len(pf_rows), vocab, device=logits.device)
-            row_idx = torch.tensor([i for i, r in enumerate(pf_rows) for _ in seqs[r].output_token_ids])
-            tok_idx = torch.tensor([t for r in pf_rows for t in seqs[r].output_token_ids])
-            counts.index_put_((row_idx, tok_idx), torch.ones(len(tok_idx)), accumulate=True)
-            freq = torch.tensor([seqs[r].params.frequency_penalty for r in pf_rows])[:, None]
-            pres = torch.tensor([seqs[r].params.presence_penalty for r in pf_rows])[:, None]
+            device = logits.device
+            counts = torch.zeros(len(pf_rows), vocab, device=device)
+            row_idx = torch.tensor([i for i, r in enumerate(pf_rows) for _ in seqs[r].output_token_ids], device=device)
+            tok_idx = torch.tensor([t for r in pf_rows for t in seqs[r].output_token_ids], device=device)
+            counts.index_put_((row_idx, tok_idx), torch.ones(len(tok_idx), device=device), accumulate=True)
+            freq = torch.tensor([seqs[r].params.frequency_penalty for r in pf_rows], device=device)[:, None]
+            pres = torch.tensor([seqs[r].params.presence_penalty for r in pf_rows], device=device)[:, None]
             index = torch.tensor(pf_rows, device=logits.device)
             logits[index] -= freq * counts + pres * (counts > 0).float()
 

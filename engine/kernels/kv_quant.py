@@ -145,7 +145,7 @@ def _round_toward(x: torch.Tensor, direction: float) -> torch.Tensor:
 
 
 def _next_fp16(x: torch.Tensor, direction: float) -> torch.Tensor:
-    return torch.nextafter(x.to(torch.float16), torch.tensor(direction, dtype=torch.float16)).float()
+    return torch.nextafter(x.to(torch.float16), torch.tensor(direction, dtype=torch.float16, device=x.device)).float()
 
 
 # ---- dequantize: the torch reference ------------------------------------------------------------

@@ -1,9 +1,11 @@
-"""The Triton kernels against their plain-torch references, run by Triton's CPU interpreter.
+"""The Triton kernels against their plain-torch references: compiled on a CUDA device where there is one,
+and always through Triton's CPU interpreter.
 
 TRITON_INTERPRET=1 only takes effect if it is set before `triton` is first imported, and must stay
 set while kernels launch. To stay independent of what other test modules imported first (and to
-leave their environment alone), the kernels run in one spawned worker process whose initializer
-sets the variable; references and assertions run here.
+leave their environment alone), interpreted kernels run in one spawned worker process whose initializer
+sets the variable. On CUDA they run here, on inputs copied to the device and results copied back.
+References and assertions always run here, on the CPU.
 """
 
 from __future__ import annotations
@@ -51,9 +53,29 @@ def _run_paged_attention_kernel(*args: Any) -> torch.Tensor:
 # ---------------------------------------------------------------- test side
 
 
-@pytest.fixture(scope="module")
-def interpreted() -> Iterator[Callable[..., Any]]:
-    """Call a worker function in the interpreter process and return its result."""
+def _on(device: str, value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, QuantizedBlocks):
+        return QuantizedBlocks(value.bits, value.group_size, value.k_rows.to(device), value.v_rows.to(device))
+    return value
+
+
+def _on_cuda(fn: Callable[..., torch.Tensor], *args: Any) -> torch.Tensor:
+    result = fn(*(_on("cuda", arg) for arg in args))
+    torch.cuda.synchronize()
+    return result.cpu()
+
+
+@pytest.fixture(scope="module", params=["interpreter", "cuda"])
+def interpreted(request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
+    """Run a kernel function and return its result on the CPU: in the interpreter process, or compiled on CUDA
+    (skipped where there is no CUDA device)."""
+    if request.param == "cuda":
+        if not torch.cuda.is_available():
+            pytest.skip("no CUDA device")
+        yield _on_cuda
+        return
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_enable_interpreter) as pool:
         yield lambda fn, *args: pool.submit(fn, *args).result(timeout=120)

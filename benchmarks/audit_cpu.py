@@ -8,7 +8,8 @@ domain: build ms (mean, median, max) and `approx_bytes` (what the view cache cou
 
 Embeddings: the no-domain prompts' sentences (`benchmarks/data/offdomain_chat.jsonl`, split as detection splits
 them, shuffled) encoded alone and in groups of 2, 4 and 8 (what `knowledge_graphs.detection.coalescing` puts
-into one forward when requests arrive together): CPU ms per sentence, best of --repeats, groups interleaved.
+into one forward when requests arrive together): CPU ms per sentence, best of --repeats, groups and the two
+MiniLM backends (ONNX Runtime, numpy) interleaved.
 
 Run: python -m benchmarks.audit_cpu --json
 """
@@ -80,25 +81,32 @@ def view_builds() -> dict[str, dict[str, float]]:
     return report
 
 
-def embedding_groups(repeats: int) -> dict[str, float]:
+def embedding_groups(repeats: int) -> dict[str, object]:
     from knowledge_graphs.detection.detector import split_for_detection
-    from knowledge_graphs.minilm import load_encoder
+    from knowledge_graphs.minilm import BACKENDS, MiniLMEncoder, model_path
 
-    encoder = load_encoder()
+    encoders = {backend: MiniLMEncoder(model_path(), backend=backend) for backend in BACKENDS if backend != "auto"}
     texts = [json.loads(line)["prompt"] for line in (DATA / "offdomain_chat.jsonl").read_text().splitlines()]
     pieces = [piece for text in texts for piece in split_for_detection(text)]
     random.Random(0).shuffle(pieces)
     pieces = pieces[: 8 * (len(pieces) // 8)]
-    encoder.encode(pieces[:8])   # warm
-    best: dict[int, float] = {}
+    for encoder in encoders.values():
+        encoder.encode(pieces[:8])   # warm
+    best: dict[tuple[str, int], float] = {}
     for _ in range(repeats):
-        for group in GROUPS:   # interleaved: the machine is shared and noisy
-            started = time.process_time()
-            for start in range(0, len(pieces), group):
-                encoder.encode(pieces[start : start + group])
-            per_piece = (time.process_time() - started) / len(pieces) * 1e3
-            best[group] = min(per_piece, best.get(group, per_piece))
-    report = {f"cpu_ms_per_sentence_in_{group}s": round(best[group], 2) for group in GROUPS}
+        for group in GROUPS:   # interleaved, backends too: the machine is shared and noisy
+            for backend, encoder in encoders.items():
+                started = time.process_time()
+                for start in range(0, len(pieces), group):
+                    encoder.encode(pieces[start : start + group])
+                per_piece = (time.process_time() - started) / len(pieces) * 1e3
+                best[backend, group] = min(per_piece, best.get((backend, group), per_piece))
+    report: dict[str, object] = {
+        backend: {f"cpu_ms_per_sentence_in_{group}s": round(best[backend, group], 2) for group in GROUPS}
+        for backend in encoders
+    }
+    report["numpy_over_onnxruntime"] = {group: round(best["numpy", group] / best["onnxruntime", group], 2)
+                                        for group in GROUPS}
     report["sentences"] = len(pieces)
     log(f"embeddings: {report}")
     return report

@@ -138,6 +138,9 @@ class DeliveredRequests:
         self._window = window
         self._lock = threading.Lock()
 
+    def __len__(self) -> int:
+        return len(self._keys)
+
     def seen_before(self, key: tuple[str, str, int]) -> bool:
         with self._lock:
             if key in self._keys:

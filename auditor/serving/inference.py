@@ -469,7 +469,8 @@ class InferenceService:
         started = time.perf_counter()
         await self._store(self._append(record))
         self.metrics.audit_write.observe(time.perf_counter() - started)
-        if usage.excluded is None:
+        # only a client's own X-Request-Id can come back: a generated one would only crowd real ids out of the window
+        if usage.excluded is None and prepared.context.client_request_id:
             self.delivered.remember(self._retry_key(prepared))
         self._observe(prepared, gate, generation, outcome.status, outcome.gate_action, usage)
 

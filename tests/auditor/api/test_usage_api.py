@@ -145,6 +145,18 @@ def test_exclusions_failed_empty_refused_and_retry(app_factory, price_file: Path
     assert group["effective_completion_tokens"] == sum(r["completion_tokens"] for r in effective)
 
 
+def test_only_client_request_ids_take_a_place_in_the_retry_window(app_factory, price_file: Path) -> None:
+    """Generated ids can never come back: remembering them would fill the window (10,000 keys) under traffic
+    that sends none, and push the ids clients did send out of it."""
+    client = app_factory(overrides={"price_table": price_file})
+    delivered = client.app.state.services.inference.delivered
+    _chat(client, **{"X-Request-Id": "order-41"})
+    for _ in range(3):
+        assert _chat(client)["details"]["usage"]["excluded"] is None
+    assert len(delivered) == 1
+    assert _chat(client, **{"X-Request-Id": "order-41"})["details"]["usage"]["excluded"] == "retry"
+
+
 def test_a_retry_of_a_failed_attempt_counts(app_factory, price_file: Path) -> None:
     """The failed attempt is the waste; the retry that delivers is the effective one."""
     engine = DyingEngine()

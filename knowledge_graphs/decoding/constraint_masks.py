@@ -25,7 +25,7 @@ import torch
 from tokenizers import Tokenizer
 
 from engine.kernels.bitmask import BITS, bitmask_words, pack_bool_mask
-from knowledge_graphs.decoding.memo import ByteBoundedMemo
+from knowledge_graphs.decoding.memo import ByteBoundedMemo, arrays_bytes
 from knowledge_graphs.decoding.surface_guard import (
     SPACE,
     AllowedNodes,
@@ -51,7 +51,9 @@ class CacheLimits:
     grows with traffic."""
 
     views: int = 64               # allowed sets kept per domain
-    view_bytes: int = 48 * 2**20  # and at most about this much of them per domain (`AllowedView.approx_bytes`)
+    # and at most about this much of them per domain (`AllowedView.approx_bytes`: what a view holds when built and
+    # the masks and transitions it has cached since)
+    view_bytes: int = 48 * 2**20
     masks_per_view: int = 4096    # decoding states (their masks, transitions, guard walks) kept per allowed set
     # each of a domain's memos shared by all its allowed sets (guard results, walk records, plain guard steps),
     # by bytes: their entries grow with the vocabulary (a 152k-token guard result holds thousands of ids)
@@ -72,6 +74,11 @@ def pack_allowed(allowed: np.ndarray, vocab_size: int) -> torch.Tensor:
 
 
 SPARSE_FRACTION = 1 / 16   # at most this share of the vocabulary blocked -> the sparse apply
+# CPython / torch objects behind one cached entry (64 bits, roughly): a mask's OrderedDict slot, CachedMask and
+# tensor objects; a transition's dict slot, key tuple and DecodeState
+MASK_ENTRY_BYTES = 600
+MASK_SLOT_BYTES = 100        # a state whose mask is one of the view's two shared plain masks: the slot alone
+TRANSITION_BYTES = 250
 
 
 class CachedMask:
@@ -89,6 +96,12 @@ class CachedMask:
             self.blocked_ids = torch.from_numpy(parts[0] if len(parts) == 1 else np.concatenate([_NONE, *parts]))
         else:
             self._packed = pack_allowed(~_union(parts, vocab_size), vocab_size)
+
+    @property
+    def nbytes(self) -> int:
+        """What this entry holds in a view's mask cache, roughly: its objects, its ids or its packed words."""
+        data = self.blocked_ids if self.blocked_ids is not None else self._packed
+        return MASK_ENTRY_BYTES + (data.numel() * data.element_size() if data is not None else 0)
 
     @property
     def packed(self) -> torch.Tensor:
@@ -194,7 +207,7 @@ class DomainMasks:
         self.boundary_start: list[bool] = [f.startswith(SPACE) for f in folded]
         self.eos_ids = np.array(sorted({i for i in eos_token_ids if 0 <= i < self.vocab_size}), dtype=np.int64)
         self._views: OrderedDict[frozenset[str], AllowedView] = OrderedDict()   # LRU
-        self._view_bytes = 0   # what the cached views take, by their estimate when built
+        self._view_bytes = 0   # what the cached views take, by their estimates (`AllowedView.approx_bytes`)
         self._views_lock = threading.Lock()   # views are built off the step thread (`prepare`)
         self._scratch = threading.local()
         # per boundary flag: the token's text closes no match (no boundary after its leading ones)
@@ -260,13 +273,27 @@ class DomainMasks:
                 found = self._views[key] = built
                 self._view_bytes += built.approx_bytes
             self._views.move_to_end(key)
-            # by count and by size: a medical allowed set's view is ~1-2 MB (arrays over the whole name trie),
-            # a finance one a few kB, so a count alone keeps either far too many or far too few
-            while len(self._views) > 1 and (len(self._views) > self.limits.views
-                                            or self._view_bytes > self.limits.view_bytes):
-                _, dropped = self._views.popitem(last=False)
-                self._view_bytes -= dropped.approx_bytes
+            self._evict_locked()
         return found
+
+    def _evict_locked(self) -> None:
+        # by count and by size: a medical allowed set's view is ~1-2 MB when built (arrays over the whole name
+        # trie), a finance one a few kB, and either grows with the decoding states it caches, so a count alone
+        # keeps either far too many or far too few
+        while len(self._views) > 1 and (len(self._views) > self.limits.views
+                                        or self._view_bytes > self.limits.view_bytes):
+            _, dropped = self._views.popitem(last=False)
+            self._view_bytes -= dropped.approx_bytes
+
+    def account(self, view: AllowedView, delta: int) -> None:
+        """`view` cached or dropped `delta` bytes of masks or transitions (the step thread): its estimate follows,
+        and so does the budget while the view is in the cache. A view dropped from the cache but still decoding
+        for a request counts for nobody: it goes when its requests end."""
+        with self._views_lock:
+            view.approx_bytes += delta
+            if self._views.get(view.allowed_ids) is view:
+                self._view_bytes += delta
+                self._evict_locked()
 
     @property
     def cached_views(self) -> int:
@@ -286,6 +313,7 @@ class AllowedView:
     def __init__(self, domain: DomainMasks, allowed_ids: frozenset[str]) -> None:
         self.domain = domain
         self.allowed_ids = allowed_ids
+        self.approx_bytes = 0   # when built (below), then the masks and transitions it caches (`DomainMasks.account`)
         self.allowed_nodes = AllowedNodes(domain.name_trie, allowed_ids)
         self.trie = TokenTrie(domain.encodings(allowed_ids))
         # token-trie node -> the tokens that continue it toward an allowed name without a violation
@@ -302,12 +330,12 @@ class AllowedView:
         self._plain = {b: CachedMask(self.blocked(DecodeState(None, GuardState(boundary=b))), domain.vocab_size)
                        for b in (False, True)}
         self._transitions: dict[tuple[DecodeState, int], DecodeState] = {}   # memo of next_state
-        self.approx_bytes = self._estimate_bytes()
+        self.approx_bytes += self._estimate_bytes()
 
     def _estimate_bytes(self) -> int:
         """What this view holds when built, roughly (CPython object sizes on 64 bits): its arrays, the allowed
-        nodes' sets, the token trie (a dict per node) and the live nodes. The masks it caches later are bounded
-        by `CacheLimits.masks_per_view` and mostly small (a few blocked ids)."""
+        nodes' sets, the token trie (a dict per node) and the live nodes. The masks and transitions it caches later
+        are added as they come (`DomainMasks.account`)."""
         nodes = self.allowed_nodes
         arrays = [*self._static.values(), *self._root_blocked.values(), *self._both.values()]
         below = sum(len(names) for names in nodes.below.values())
@@ -343,8 +371,10 @@ class AllowedView:
             found = self._transitions.get(key)
             if found is None:
                 if len(self._transitions) >= self.domain.limits.masks_per_view:
+                    self.domain.account(self, -TRANSITION_BYTES * len(self._transitions))
                     self._transitions.clear()
                 found = self._transitions[key] = self._next_state(state, token_id, folded)
+                self.domain.account(self, TRANSITION_BYTES)
             return found
         return self._next_state(state, token_id, folded)
 
@@ -414,12 +444,14 @@ class AllowedView:
         if found is None:
             root = self._root_blocked[boundary]
             found = self._root_off_mention[key] = _without(root, self._live_continuations(node), self.domain.scratch)
+            self.domain.account(self, arrays_bytes(found))
         return found
 
     def _live_continuations(self, node: int) -> np.ndarray:
         found = self._live_tokens.get(node)
         if found is None:
             found = self._live_tokens[node] = np.array(self._live_children.get(node, ()), dtype=np.int64)
+            self.domain.account(self, arrays_bytes(found))
         return found
 
     def mask(self, state: DecodeState) -> torch.Tensor:
@@ -438,9 +470,14 @@ class AllowedView:
         else:
             found = CachedMask(self.blocked(state), self.domain.vocab_size)
         masks[state] = found
+        grown = self._entry_bytes(found)
         if len(masks) > self.domain.limits.masks_per_view:
-            masks.popitem(last=False)
+            grown -= self._entry_bytes(masks.popitem(last=False)[1])
+        self.domain.account(self, grown)
         return found
+
+    def _entry_bytes(self, mask: CachedMask) -> int:
+        return MASK_SLOT_BYTES if mask is self._plain[False] or mask is self._plain[True] else mask.nbytes
 
     def explain(self, state: DecodeState, token_id: int, text: str) -> list[str]:
         """Entity ids that `token_id` would have completed or headed for, against the constraint."""

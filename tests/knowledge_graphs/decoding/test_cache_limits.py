@@ -79,6 +79,36 @@ def test_views_stay_within_their_byte_budget_whatever_their_count_limit(kg, toke
     assert 1 <= domain.cached_views < len(ALLOWED_SETS)
 
 
+def test_the_masks_a_view_caches_count_against_the_byte_budget(kg, tokenizer) -> None:
+    """A view reused by request after request caches a mask and a transition per decoding state it meets: those
+    count in its size, so a few busy views cannot hold more than the budget (their entry counts alone would let
+    64 views per domain keep thousands of masks each)."""
+    text = " Metformin, metoprolol and warfarin with aspirin for type 2 diabetes; ibuprofen later. "
+    probe = KGConstraintProcessor(tokenizer, vocab_size=tokenizer.get_vocab_size(), eos_token_ids=[0],
+                                  kgs={"medical": kg})
+    probe.add_request("p", _params(ALLOWED_SETS[1]), [1], [])
+    built = probe.domains["medical"].view(ALLOWED_SETS[1]).approx_bytes
+    _decode(probe, tokenizer, "p", text * 4)
+    view = probe.domains["medical"].view(ALLOWED_SETS[1])
+    assert view.approx_bytes > built + 10 * 600            # its masks and transitions are counted
+    assert probe.domains["medical"].cached_view_bytes == sum(v.approx_bytes for v in probe.domains["medical"]._views.values())
+
+    fresh = KGConstraintProcessor(tokenizer, vocab_size=tokenizer.get_vocab_size(), eos_token_ids=[0],
+                                  kgs={"medical": kg})
+    budget = sum(fresh.domains["medical"].view(allowed).approx_bytes for allowed in ALLOWED_SETS) + 2_000
+    # room for every view as built, little for what they cache
+    processor = KGConstraintProcessor(tokenizer, vocab_size=tokenizer.get_vocab_size(), eos_token_ids=[0],
+                                      kgs={"medical": kg}, limits=CacheLimits(views=1000, view_bytes=budget))
+    domain = processor.domains["medical"]
+    for i, allowed in enumerate(ALLOWED_SETS):
+        processor.add_request(f"r{i}", _params(allowed), [1], [])
+        _decode(processor, tokenizer, f"r{i}", text)
+        processor.remove_request(f"r{i}")
+        assert domain.cached_view_bytes <= budget
+        assert domain.cached_view_bytes == sum(v.approx_bytes for v in domain._views.values())
+    assert domain.cached_views < len(ALLOWED_SETS)   # what they cached while decoding pushed the oldest out
+
+
 def test_the_service_sizes_the_constraint_caches_from_its_settings() -> None:
     from auditor.serving.engine_loading import engine_options
     from auditor.settings import Settings

@@ -46,7 +46,7 @@ class MiniLMEncoder:
     """Thread-safe for encoding (numpy and ONNX Runtime release the GIL while they compute; nothing here is mutated).
 
     backend: "onnxruntime" runs the forward as an ONNX graph (`knowledge_graphs.minilm_onnx`, the same vectors,
-    ~1.8x faster here), "numpy" in numpy, "auto" the first where ONNX Runtime imports."""
+    ~2x faster here), "numpy" in numpy, "auto" the first where ONNX Runtime imports."""
 
     def __init__(self, path: Path, *, backend: str = "auto") -> None:
         from safetensors.numpy import load_file

@@ -10,6 +10,10 @@ it was), the two servers taking turns in each round, so before and after meet th
 
 Keys: service_tok_s, engine_tok_s, service_vs_engine, p50_ms, p99_ms, ttft_p50_ms, ttft_p99_ms, non_2xx,
 records_found, successes, chain_ok (and the same with a reference_ prefix), ready_s, load_average.
+What the ratio hides, since it also follows how fast the engine is on the host: `overhead_p50_ms` /
+`overhead_p99_ms`, the time each request spends in the service outside the engine (the client's end-to-end
+time less the engine's own, arrival to last token, from the request's audit record), and the CPU the API
+process and the engine core use per request (`api_cpu_ms_per_request`, `core_cpu_ms_per_request`).
 """
 
 from __future__ import annotations
@@ -31,11 +35,13 @@ from benchmarks._service import (
     ChatRequest,
     Result,
     closed_loop,
+    cpu_seconds,
     load_average,
     percentile,
     request_mix,
     start_server,
     thread_env,
+    tree,
 )
 
 
@@ -82,16 +88,24 @@ def service_side(requests: list[ChatRequest], warmup: list[ChatRequest], *, clie
                           env=thread_env(threads))
     try:
         asyncio.run(closed_loop(server.base_url, warmup, clients=clients, max_tokens=max_tokens))
+        api, core = server.proc.pid, [pid for pid in tree(server.proc.pid) if pid != server.proc.pid]
+        cpu_before = cpu_seconds([api]), cpu_seconds(core)
         results, seconds = asyncio.run(closed_loop(server.base_url, requests, clients=clients, max_tokens=max_tokens))
+        cpu = {"api_cpu_ms_per_request": round(1000 * (cpu_seconds([api]) - cpu_before[0]) / len(results), 2),
+               "core_cpu_ms_per_request": round(1000 * (cpu_seconds(core) - cpu_before[1]) / len(results), 2)}
         rss_mb = server.rss_mb()
         successes = [r for r in results if r.status == 200 and r.error is None]
         found = server.records_found([r.audit_id for r in successes if r.audit_id])
         chain_ok = server.verify_chain()
+        in_engine = server.engine_seconds([r.audit_id for r in successes if r.audit_id])
     finally:
         server.stop()
-    return summarise(results, seconds) | {"successes": len(successes), "records_found": found, "chain_ok": chain_ok,
-                                          "ready_s": round(server.ready_s, 2), "warm_s": round(server.warm_s or 0, 2),
-                                          "rss_mb": round(rss_mb, 1)}
+    overhead = [1000 * (r.e2e_s - in_engine[r.audit_id]) for r in successes if r.audit_id in in_engine]
+    return summarise(results, seconds) | cpu | {
+        "overhead_p50_ms": round(percentile(overhead, 50) or 0, 1),
+        "overhead_p99_ms": round(percentile(overhead, 99) or 0, 1),
+        "successes": len(successes), "records_found": found, "chain_ok": chain_ok,
+        "ready_s": round(server.ready_s, 2), "warm_s": round(server.warm_s or 0, 2), "rss_mb": round(rss_mb, 1)}
 
 
 def summarise(results: list[Result], seconds: float) -> dict[str, Any]:
@@ -159,7 +173,8 @@ def report(rounds: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, 
                               "rounds": args.rounds, "store": "postgresql" if args.database_url else "sqlite",
                               "celery": bool(args.redis_url)}
     service_keys = ["service_tok_s", "service_req_s", "p50_ms", "p99_ms", "ttft_p50_ms", "ttft_p99_ms", "non_2xx",
-                    "records_found", "successes", "ready_s", "warm_s", "rss_mb"]
+                    "records_found", "successes", "ready_s", "warm_s", "rss_mb", "overhead_p50_ms", "overhead_p99_ms",
+                    "api_cpu_ms_per_request", "core_cpu_ms_per_request"]
     for key in service_keys:
         result[key] = median_of("service", key)
     result["chain_ok"] = all(r["service"]["chain_ok"] for r in rounds)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +84,7 @@ class RulePack(BaseModel):
             raise ValueError(f"unknown domain {domain!r} (known: {', '.join(DOMAINS)})")
         return domain
 
-    @property
+    @cached_property   # a frozen pack's hash never changes; verify() reads it for every sentence
     def hash(self) -> str:
         canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()

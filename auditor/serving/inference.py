@@ -170,6 +170,8 @@ class _Generation:
     token_gaps: list[float] = field(default_factory=list)   # the engine's inter-token latencies (final stats)
     engine_seconds: float = 0.0
     done: bool = False               # the backend's last output has been absorbed
+    violations: list[str] | None = None   # the KG check of the whole output, once `checked`
+    checked: bool = False
 
     def absorb(self, out: RequestOutput) -> None:
         """Add one delta output (`output_kind="delta"`)."""
@@ -390,13 +392,25 @@ class InferenceService:
                     if gate.buffer(out.new_text):
                         released = await self._off_loop(gate, gate.release_complete)
                     if out.finished:
-                        released += await self._off_loop(gate, gate.finish)
+                        released += await self._finish(prepared, gate, generation)
                     if released:
                         generation.first_release = generation.first_release or time.perf_counter()
                         yield released
                     if gate.refused:
                         generation.finish_reason = "content_filter"
                         break
+
+    async def _finish(self, prepared: Prepared, gate: OutputGate, generation: _Generation) -> str:
+        """The gate's last sentence and the whole output's KG check, in one worker-thread hop (each hop costs
+        milliseconds of latency under load, and both are CPU work the event loop must not do)."""
+        check = prepared.kg is not None and prepared.kg.applied
+
+        def finish() -> str:
+            released = gate.finish()
+            if check:
+                generation.violations, generation.checked = self._violations(prepared, generation.text), True
+            return released
+        return await anyio.to_thread.run_sync(finish) if gate.verifies or check else finish()
 
     @staticmethod
     async def _off_loop(gate: OutputGate, step: Callable[[], str]) -> str:
@@ -461,8 +475,9 @@ class InferenceService:
 
     # -- recording -------------------------------------------------------------------------------
     async def _record(self, prepared: Prepared, gate: OutputGate, generation: _Generation, outcome: Outcome) -> None:
-        violations = (await anyio.to_thread.run_sync(self._violations, prepared, generation.text)
-                      if prepared.kg is not None and prepared.kg.applied else None)
+        violations = generation.violations
+        if not generation.checked and prepared.kg is not None and prepared.kg.applied:   # e.g. a refusal broke off
+            violations = await anyio.to_thread.run_sync(self._violations, prepared, generation.text)
         usage = self._usage(prepared, generation, outcome.status, outcome.text, bool(outcome.tool_calls))
         record = self._build_record(prepared, gate, generation, outcome.status, outcome.gate_action, outcome.text,
                                     outcome.finish_reason, None, usage=usage, violations=violations)

@@ -69,3 +69,18 @@ def test_intents_filter_rules() -> None:
     assert "med.dose.max_daily" in {r.id for r in pack.rules_for("medical-diagnosis")}
     assert "med.dose.max_daily" not in {r.id for r in pack.rules_for("code-completion")}
     assert len(pack.rules_for(None)) == len(pack.rules)
+
+
+def test_cached_hash_is_the_canonical_digest_and_is_not_carried_into_a_changed_copy() -> None:
+    import hashlib
+    import json
+
+    pack = load_pack("medical")
+    first = pack.hash   # computed once, then kept: verify() reads it for every sentence
+    assert pack.hash is first
+    canonical = json.dumps(pack.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    assert first == hashlib.sha256(canonical.encode()).hexdigest()
+    assert "hash" not in pack.model_dump()   # not a field: never stored or compared as one
+    data = raw()
+    data["version"] = "2099.1.1"
+    assert parse_pack(data).hash != first   # a different pack, its own hash

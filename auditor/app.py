@@ -124,7 +124,8 @@ def _start_task_queue(settings: Settings, database: Database, stack: AsyncExitSt
                               chunk_stall_after_s=worker_settings.chunk_stall_after_s,
                               stream_recovery_after_s=worker_settings.stream_recovery_after_s,
                               alerts=AlertSchedule.from_settings(settings), packs=packs,
-                              busy=traffic.busy, max_lag_s=worker_settings.embedded_max_lag_s).start()
+                              busy=traffic.busy, max_lag_s=worker_settings.embedded_max_lag_s,
+                              busy_share=worker_settings.embedded_busy_share).start()
     stack.callback(embedded.stop)
     return embedded.queue
 

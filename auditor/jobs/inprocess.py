@@ -21,13 +21,19 @@ from auditor.store.database import Database
 from auditor.trail.segments import recover_interrupted_streams
 
 logger = logging.getLogger("auditor.tasks")
+_MAX_PACE_S = 5.0   # one slow task (a long text) must not park a worker for long
 
 
 class InProcessTaskQueue:
     """A `TaskQueue` backed by a thread pool. The evaluator loads once, on first use."""
 
     def __init__(self, database: Database, evaluator_factory: Callable[[], scoring.Evaluator], *,
-                 workers: int = 2, retry_delays_s: tuple[float, ...] = (0.5, 2.0, 8.0)) -> None:
+                 workers: int = 2, retry_delays_s: tuple[float, ...] = (0.5, 2.0, 8.0),
+                 pace: Callable[[float, float], None] | None = None) -> None:
+        """`pace(cpu_s, waited_s)` runs on the worker thread after each scoring task: what the task took of
+        this thread's CPU and how long it had waited in the queue (it may sleep to hold scoring back)."""
+        self.workers = workers
+        self._pace = pace
         self.database = database
         self._evaluator_factory = evaluator_factory
         self._evaluator: scoring.Evaluator | None = None
@@ -45,7 +51,7 @@ class InProcessTaskQueue:
             return self._evaluator
 
     def enqueue_score(self, outbox_id: int, record_id: str) -> None:
-        self._submit(self._score, outbox_id, record_id)
+        self._submit(self._score_paced, time.monotonic(), outbox_id, record_id)
 
     def enqueue_chunk(self, job_id: str, chunk: int) -> None:
         self._submit(self._chunk, job_id, chunk)
@@ -69,6 +75,12 @@ class InProcessTaskQueue:
         future = self._executor.submit(fn, *args)
         with self._futures_lock:
             self._futures = {f for f in self._futures if not f.done()} | {future}
+
+    def _score_paced(self, submitted: float, outbox_id: int, record_id: str) -> None:
+        waited, cpu = time.monotonic() - submitted, time.thread_time()
+        self._score(outbox_id, record_id)
+        if self._pace is not None:
+            self._pace(time.thread_time() - cpu, waited)
 
     def _score(self, outbox_id: int, record_id: str) -> None:
         request = scoring.ScoreRequest(record_id, None, [acknowledge_hook(outbox_id)])
@@ -101,15 +113,22 @@ class EmbeddedWorker:
                  workers: int = 2, interval_s: float = 0.5, redeliver_after_s: float = 300.0,
                  chunk_stall_after_s: float = 300.0, stream_recovery_after_s: float = 300.0,
                  alerts: AlertSchedule | None = None, packs: StorePacks | None = None,
-                 busy: Callable[[], bool] | None = None, max_lag_s: float = 0.0) -> None:
-        """`busy` (the API's live requests) and `max_lag_s`: while requests are in flight, scoring is dispatched
-        at most once per max_lag_s: it shares this process's CPU and GIL with them, and catches up when they
-        pause. Records stay in the outbox meanwhile, so nothing is lost; 0 dispatches every pass."""
+                 busy: Callable[[], bool] | None = None, max_lag_s: float = 0.0, busy_share: float = 1.0) -> None:
+        """`busy` (the API's live requests), `max_lag_s` and `busy_share`: scoring shares this process's CPU and
+        GIL with the requests, so while they are in flight it is held back, and it catches up when they pause.
+        It is dispatched at most once per max_lag_s, and the tasks then take at most `busy_share` of a CPU
+        (each worker sleeps after a task in proportion to the CPU it took), so a dispatch is spread out instead
+        of landing on the requests as one burst. A task that waited max_lag_s in the queue no longer sleeps:
+        scoring then runs flat out, so its lag stays near twice max_lag_s however long the traffic lasts.
+        Records stay in the outbox meanwhile, so nothing is lost; max_lag_s 0 dispatches every pass."""
+        if not 0.0 < busy_share <= 1.0:
+            raise ValueError(f"busy_share must be in (0, 1], got {busy_share}")
         self.busy = busy
         self.maintenance_interval_s = max(interval_s, 5.0)
         self.max_lag_s = max_lag_s
+        self.busy_share = busy_share
         self._last_dispatch = time.monotonic()
-        self.queue = InProcessTaskQueue(database, evaluator_factory, workers=workers)
+        self.queue = InProcessTaskQueue(database, evaluator_factory, workers=workers, pace=self._pace)
         self.alerts = alerts
         self.packs = packs
         self.database = database
@@ -146,6 +165,13 @@ class EmbeddedWorker:
         recover_interrupted_streams(self.database, idle_for_s=self.stream_recovery_after_s)
         if self.alerts is not None:
             self.alerts.run(self.database)
+
+    def _pace(self, cpu_s: float, waited_s: float) -> None:
+        """After a task: while requests run and scoring is not behind, sleep so the workers together take
+        at most busy_share of a CPU (the stop event ends the sleep at shutdown)."""
+        if self.busy_share >= 1.0 or self.busy is None or not self.busy() or waited_s >= self.max_lag_s:
+            return
+        self._stop.wait(min(cpu_s * (self.queue.workers / self.busy_share - 1.0), _MAX_PACE_S))
 
     def _may_dispatch(self) -> bool:
         now = time.monotonic()

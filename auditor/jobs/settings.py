@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -15,6 +16,7 @@ class WorkerSettings(BaseSettings):
     dispatch_interval_s: float = 1.0          # 0: no dispatcher/sweeper thread in this worker
     dispatch_batch: int = 500
     embedded_max_lag_s: float = 10.0          # embedded default: scoring waits this long at most while requests run
+    embedded_busy_share: float = Field(0.25, gt=0, le=1)   # ... and takes at most this share of a CPU meanwhile
     redeliver_after_s: float = 300.0          # outbox rows unacknowledged this long are published again
     chunk_stall_after_s: float = 300.0        # a started chunk with no heartbeat this long is re-enqueued
     chunk_queued_after_s: float = 3600.0      # an enqueued chunk never started this long is re-enqueued

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from sqlalchemy import func, select
 
 from auditor.jobs import outbox, scoring
@@ -161,3 +162,76 @@ def test_embedded_worker_lag_is_bounded_under_unbroken_traffic(database) -> None
 def _undispatched(database) -> int:
     with database.session() as session:
         return outbox.backlog(session)["undispatched"]
+
+
+class _BurningEvaluator(MarkerEvaluator):
+    """Spends real CPU per record, as the rules evaluator does."""
+
+    def __init__(self, cpu_s: float) -> None:
+        super().__init__()
+        self.cpu_s = cpu_s
+        self.cpu_used = 0.0
+        self.lock = threading.Lock()
+
+    def evaluate(self, **kwargs):
+        import time
+
+        started = time.thread_time()
+        while time.thread_time() - started < self.cpu_s:
+            pass
+        with self.lock:
+            self.cpu_used += time.thread_time() - started
+        return super().evaluate(**kwargs)
+
+
+def test_embedded_scoring_takes_at_most_its_share_of_a_cpu_while_requests_run(database) -> None:
+    # a dispatch lands many records at once: paced, they cannot take the GIL from live requests as one burst
+    import time
+
+    from auditor.jobs.inprocess import EmbeddedWorker
+
+    evaluator = _BurningEvaluator(cpu_s=0.03)
+    embedded = EmbeddedWorker(database, lambda: evaluator, busy=lambda: True, max_lag_s=60, busy_share=0.25)
+    for i in range(6):
+        append_output(database, f"Statement {i}.")
+    embedded._last_dispatch -= 120   # the oldest work has waited past max_lag_s: this pass dispatches
+    try:
+        started = time.monotonic()
+        embedded.run_once(maintenance=False)
+        embedded.queue.wait_idle(timeout_s=60)
+        wall = time.monotonic() - started
+        assert _count_live(database) == 6
+        # two workers, each asleep 7x the CPU a task took (2 / 0.25 - 1): scoring had at most ~a quarter
+        assert evaluator.cpu_used >= 6 * 0.03
+        assert evaluator.cpu_used / wall <= 0.3, (evaluator.cpu_used, wall)
+    finally:
+        embedded.stop()
+
+
+def test_embedded_scoring_runs_flat_out_when_idle_or_behind(database) -> None:
+    from auditor.jobs.inprocess import EmbeddedWorker
+
+    busy = [True]
+    embedded = EmbeddedWorker(database, lambda: MarkerEvaluator(), busy=lambda: busy[0], max_lag_s=10, busy_share=0.25)
+    sleeps: list[float] = []
+    embedded._stop.wait = lambda seconds: sleeps.append(seconds)   # what the worker would sleep, not the sleep
+    try:
+        embedded._pace(0.02, waited_s=1.0)
+        assert sleeps == [pytest.approx(0.02 * 7)]        # busy and not behind: held back
+        embedded._pace(10.0, waited_s=1.0)
+        assert sleeps[-1] == 5.0                          # one long task parks a worker 5 s at most
+        embedded._pace(0.02, waited_s=10.0)                # waited max_lag_s in the queue: behind, no sleep
+        busy[0] = False
+        embedded._pace(0.02, waited_s=0.0)                 # no live requests: no sleep
+        assert len(sleeps) == 2
+    finally:
+        embedded._stop = threading.Event()
+        embedded.stop()
+
+
+def test_embedded_busy_share_outside_zero_to_one_is_refused(database) -> None:
+    from auditor.jobs.inprocess import EmbeddedWorker
+
+    for share in (0.0, -0.5, 1.5):
+        with pytest.raises(ValueError, match="busy_share"):
+            EmbeddedWorker(database, lambda: MarkerEvaluator(), busy_share=share)

@@ -13,6 +13,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from auditor.cli import CliError
+from auditor.jobs.settings import WorkerSettings
 from auditor.settings import Settings, get_settings
 from auditor.store.database import Database
 
@@ -21,10 +22,19 @@ T = TypeVar("T")
 
 def load_settings() -> Settings:
     try:
-        return get_settings()
+        settings = get_settings()
     except (ValidationError, ValueError) as exc:
         first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
         raise CliError(f"invalid settings: {first}") from exc
+    # AUDITOR_WORKER_* are read where they are used (the app's start, the worker); checked here too, so a bad
+    # one is this one line, not a traceback when the app starts
+    try:
+        WorkerSettings()
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        name = "AUDITOR_WORKER_" + "_".join(str(part) for part in error["loc"]).upper()
+        raise CliError(f"invalid settings: {name}: {error['msg']}") from exc
+    return settings
 
 
 def open_database(settings: Settings, *, migrate: bool = True) -> Database:

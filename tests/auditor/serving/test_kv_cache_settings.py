@@ -138,3 +138,16 @@ def test_a_recovered_stream_record_names_the_kv_cache_of_its_opening(database) -
     with database.engine.connect() as conn:
         details = conn.execute(select(AuditRecord.details).where(AuditRecord.id == "stream-1")).scalar_one()
     assert details["kv_cache"] == kv_cache and details["recovered_segments"][0]["idx"] == 1
+
+
+@pytest.mark.parametrize(("variable", "value", "message"), [
+    ("AUDITOR_WORKER_EMBEDDED_BUSY_SHARE", "0", "AUDITOR_WORKER_EMBEDDED_BUSY_SHARE: Input should be greater than 0"),
+    ("AUDITOR_WORKER_EMBEDDED_BUSY_SHARE", "1.5", "AUDITOR_WORKER_EMBEDDED_BUSY_SHARE: Input should be less than or"),
+    ("AUDITOR_WORKER_EMBEDDED_MAX_LAG_S", "soon", "AUDITOR_WORKER_EMBEDDED_MAX_LAG_S: Input should be a valid number"),
+])
+def test_serve_refuses_bad_worker_settings_in_one_line(monkeypatch, tmp_path, capsys, tiny_checkpoint,
+                                                       variable, value, message):
+    monkeypatch.setenv(variable, value)   # before: a pydantic traceback when the app started
+    assert _serve(monkeypatch, tmp_path, tiny_checkpoint) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"auditor serve: error: invalid settings: {message}") and err.count("\n") == 1

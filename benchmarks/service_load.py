@@ -95,11 +95,12 @@ def service_side(requests: list[ChatRequest], warmup: list[ChatRequest], *, clie
                "core_cpu_ms_per_request": round(1000 * (cpu_seconds(core) - cpu_before[1]) / len(results), 2)}
         rss_mb = server.rss_mb()
         successes = [r for r in results if r.status == 200 and r.error is None]
-        found = server.records_found([r.audit_id for r in successes if r.audit_id])
+        records = server.records([r.audit_id for r in successes if r.audit_id])
         chain_ok = server.verify_chain()
-        in_engine = server.engine_seconds([r.audit_id for r in successes if r.audit_id])
     finally:
         server.stop()
+    found = sum(1 for status, _ in records.values() if status != "error")
+    in_engine = {audit_id: seconds for audit_id, (_, seconds) in records.items() if seconds is not None}
     overhead = [1000 * (r.e2e_s - in_engine[r.audit_id]) for r in successes if r.audit_id in in_engine]
     return summarise(results, seconds) | cpu | {
         "overhead_p50_ms": round(percentile(overhead, 50) or 0, 1),

@@ -9,9 +9,10 @@ attribute access (whichever thread asks first, the others wait on the same lock)
 not wait for it, so a request that needs one of them in the first second or two after ready waits for its import
 (and is served as it would be later).
 
-eyecite (~1 CPU second of regex compiling on import) is imported inside the one function that uses it; `PRELOADED`
-names such modules, which `load_deferred` imports the same way (Python's per-module import locks make a request
-that imports one meanwhile wait for the same import). importlib's LazyLoader does what `defer` does but is not
+eyecite (~1 CPU second of regex compiling on import) is imported inside the functions that use it, through
+`rules.validators.legal.eyecite_import.load` (one thread imports it, the others wait: its modules import each other
+in a cycle, which Python's per-module import locks do not make safe between threads); `PRELOADED` names such
+modules, whose `load()` `load_deferred` calls. importlib's LazyLoader does what `defer` does but is not
 thread-safe in Python 3.11.
 """
 
@@ -27,7 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 DEFERRED = ("simple_icd_10_cm",)
-PRELOADED = ("eyecite.tokenizers",)
+PRELOADED = ("rules.validators.legal.eyecite_import",)   # modules whose `load()` imports what they guard
 
 logger = logging.getLogger("auditor")
 
@@ -76,7 +77,7 @@ def load_deferred(preloaded: Iterable[str] = PRELOADED) -> None:
         if isinstance(module, _Deferred):
             module.load()
     for name in preloaded:
-        importlib.import_module(name)
+        importlib.import_module(name).load()
 
 
 def start_loading_deferred(then: Callable[[], None] | None = None, *,

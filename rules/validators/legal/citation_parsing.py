@@ -15,6 +15,7 @@ from typing import Any
 
 import reporters_db
 
+from rules.validators.legal import eyecite_import
 from rules.validators.legal.citation_tokens import citation_tokenizer
 
 # volume + reporter-ish token (capitalised abbreviations, at least one period) + page
@@ -105,6 +106,7 @@ def find_case_citations(text: str) -> list[CaseCitation]:
     # is skipped: it is the slow part and can attach a neighbour's year, so the context is read here.
     # Imported here: eyecite compiles its reporter regexes on import (~1 CPU second), which `auditor serve` does
     # after `/ready` (auditor.serving.deferred_imports); the first legal request waits for it if it comes sooner.
+    eyecite_import.load()
     from eyecite.models import CitationToken
 
     _, tokens = citation_tokenizer().tokenize(text)

@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
+from rules.validators.legal import eyecite_import
+
 _WHITESPACE = re.compile(r"\s+")        # eyecite's own pattern for its whitespace-free prefilter text
 # regex openings after which the first character of a match's citation is a digit 1-9 (no flags)
 _DIGIT_ANCHORED = ("(?:^|[^a-zA-Z0-9])((?P<volume>[1-9]", r"(?:^|[^a-zA-Z0-9])((?P<year>1\d{3}|20\d{2})",
@@ -33,6 +35,7 @@ _MATCH_STARTS = re.compile(r"(?:^|[^a-zA-Z0-9])(?=[1-9])")
 
 def is_digit_anchored(extractor: Any) -> bool:
     """Can the extractor's matches only start where `_MATCH_STARTS` matches?"""
+    eyecite_import.load()
     from eyecite.models import TokenExtractor
 
     return (extractor.flags == 0 and type(extractor).get_matches is TokenExtractor.get_matches
@@ -54,6 +57,7 @@ def matches_at(pattern: re.Pattern[str], text: str, starts: list[int]) -> Iterat
 def _tokenizer_class() -> type:
     # eyecite is imported lazily (its reporter regexes compile on import, ~1 CPU second); see
     # citation_parsing.find_case_citations
+    eyecite_import.load()
     from eyecite.tokenizers import AhocorasickTokenizer
 
     class CitationTokenizer(AhocorasickTokenizer):
@@ -95,6 +99,7 @@ def _tokenizer_class() -> type:
 @cache
 def citation_tokenizer() -> Any:
     """The tokenizer to use in place of `eyecite.tokenizers.default_tokenizer` (same extractors, same tokens)."""
+    eyecite_import.load()
     from eyecite.tokenizers import default_tokenizer
 
     return _tokenizer_class()(default_tokenizer)

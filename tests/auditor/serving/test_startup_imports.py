@@ -67,6 +67,36 @@ assert "eyecite.tokenizers" in sys.modules
 """)
 
 
+def test_requests_and_the_loader_importing_eyecite_at_once_all_get_it() -> None:
+    # eyecite's modules import each other in a cycle: before eyecite_import, threads importing it for the first
+    # time together failed (ImportError "partially initialized module" / KeyError 'eyecite') in 5 runs of 5
+    _run("""
+import threading
+from auditor.serving.deferred_imports import load_deferred
+from rules.validators.legal.citation_parsing import find_case_citations
+barrier, failures = threading.Barrier(9), []
+def cite():
+    barrier.wait()
+    try:
+        found = find_case_citations("The court relied on Marbury v. Madison, 5 U.S. 137 (1803).")
+        assert [(c.volume, c.page) for c in found] == [("5", "137")], found
+    except Exception as exc:
+        failures.append(repr(exc))
+def preload():
+    barrier.wait()
+    try:
+        load_deferred()
+    except Exception as exc:
+        failures.append(repr(exc))
+threads = [threading.Thread(target=cite) for _ in range(8)] + [threading.Thread(target=preload)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+assert not failures, failures
+""")
+
+
 def test_malloc_arenas_are_limited_where_glibc_is() -> None:
     from engine.memory import limit_malloc_arenas
 

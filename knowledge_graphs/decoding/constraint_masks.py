@@ -79,6 +79,7 @@ SPARSE_FRACTION = 1 / 16   # at most this share of the vocabulary blocked -> the
 MASK_ENTRY_BYTES = 600
 MASK_SLOT_BYTES = 100        # a state whose mask is one of the view's two shared plain masks: the slot alone
 TRANSITION_BYTES = 250
+REACHED_BYTES = 100          # a token-trie node whose guard state a view has found (`AllowedView._reach`)
 
 
 class CachedMask:
@@ -316,9 +317,13 @@ class AllowedView:
         self.approx_bytes = 0   # when built (below), then the masks and transitions it caches (`DomainMasks.account`)
         self.allowed_nodes = AllowedNodes(domain.name_trie, allowed_ids)
         self.trie = TokenTrie(domain.encodings(allowed_ids))
+        # Which token-trie nodes steering may lead to, found on first use (`_reach`): a medical set's trie has
+        # thousands of nodes, and walking them all was most of a view's build (pure Python, holding the GIL the
+        # step loop needs) while decoding visits a handful. Token-trie node -> the guard state after its text,
+        # or None where a token on the way leaves a forbidden name linked (the node is not live).
+        self._reached: dict[int, GuardState | None] = {ROOT: GuardState()}
         # token-trie node -> the tokens that continue it toward an allowed name without a violation
         self._live_children: dict[int, list[int]] = {}
-        self.live = self._live_nodes()
         # token ids per boundary flag: what the guard blocks whatever is open, what the root rule blocks
         self._static = {b: np.flatnonzero(domain.guard.static_blocked(b, self.allowed_nodes)) for b in (False, True)}
         self._root_blocked = {b: np.flatnonzero(self._root_mask(b)) for b in (False, True)}
@@ -340,26 +345,41 @@ class AllowedView:
         arrays = [*self._static.values(), *self._root_blocked.values(), *self._both.values()]
         below = sum(len(names) for names in nodes.below.values())
         return (nodes.nbytes + sum(array.nbytes for array in arrays) + 200 * (len(nodes.live) + len(nodes.below)) + 40 * below
-                + 300 * len(self.trie) + 60 * len(self.live) + 60 * len(nodes.nodes))
+                + 300 * len(self.trie) + 60 * len(nodes.nodes))
 
-    def _live_nodes(self) -> frozenset[int]:
-        """Trie nodes whose text does not leave a forbidden name linked on the way (per
-        `advance_checked`: "Nicotine" + " dependence" is fine when "Nicotine dependence" is allowed):
-        the guard would block them, so steering must not lead there."""
-        live: set[int] = set()
-        vocab = self.domain.vocab_size
-        stack = [(ROOT, GuardState())]
-        while stack:
-            node, guard = stack.pop()
-            for token_id, child in self.trie.children[node].items():
-                after, violated = self.domain.step(guard, token_id, self.allowed_nodes)
-                if violated:
-                    continue
-                live.add(child)
-                if token_id < vocab:
-                    self._live_children.setdefault(node, []).append(token_id)
-                stack.append((child, after))
-        return frozenset(live)
+    def is_live(self, node: int) -> bool:
+        """Whether the text of token-trie `node` leaves no forbidden name linked on the way (per
+        `advance_checked`: "Nicotine" + " dependence" is fine when "Nicotine dependence" is allowed): the guard
+        would block the others, so steering must not lead there."""
+        return node != ROOT and self._reach(node) is not None
+
+    def _reach(self, node: int) -> GuardState | None:
+        """The guard state after `node`'s text, None when it is not live; computed along the path from the
+        nearest node already reached, and remembered."""
+        reached = self._reached
+        if node in reached:
+            return reached[node]
+        path = []
+        while node not in reached:
+            path.append(node)
+            node = self.trie.parent[node]
+        guard = reached[node]
+        for child in reversed(path):
+            if guard is not None:
+                guard, violated = self.domain.step(guard, self.trie.token[child], self.allowed_nodes)
+                guard = None if violated else guard
+            reached[child] = guard
+        self.domain.account(self, REACHED_BYTES * len(path))
+        return guard
+
+    def _live_children_of(self, node: int) -> list[int]:
+        """The tokens that continue live `node` (or the root) to a live node."""
+        found = self._live_children.get(node)
+        if found is None:
+            vocab = self.domain.vocab_size
+            found = self._live_children[node] = [token_id for token_id, child in self.trie.children[node].items()
+                                                 if token_id < vocab and self._reach(child) is not None]
+        return found
 
     def next_state(self, state: DecodeState, token_id: int, folded: str, *, memo: bool = True) -> DecodeState:
         """The state after `token_id`, whose decoded text, passed through `fold`, is `folded`.
@@ -388,7 +408,7 @@ class AllowedView:
             node = self.trie.step(state.trie_node, token_id)
         if node is None and (state.guard.boundary or self.domain.boundary_start[token_id]):
             node = self.trie.step(ROOT, token_id)   # the token starts a new mention
-        if node is not None and node not in self.live:
+        if node is not None and not self.is_live(node):
             node = None
         return DecodeState(node, guard)
 
@@ -399,7 +419,8 @@ class AllowedView:
         live_roots = self.trie.children[ROOT]
         ids = [
             token_id for token_id, names in self.domain.index.single_token_names.items()
-            if token_id < self.domain.vocab_size and live_roots.get(token_id) not in self.live
+            if token_id < self.domain.vocab_size and not ((root := live_roots.get(token_id)) is not None
+                                                          and self.is_live(root))
             and (boundary or self.domain.boundary_start[token_id]) and not (names & self.allowed_ids)
         ]
         blocked[ids] = True
@@ -450,7 +471,7 @@ class AllowedView:
     def _live_continuations(self, node: int) -> np.ndarray:
         found = self._live_tokens.get(node)
         if found is None:
-            found = self._live_tokens[node] = np.array(self._live_children.get(node, ()), dtype=np.int64)
+            found = self._live_tokens[node] = np.array(self._live_children_of(node), dtype=np.int64)
             self.domain.account(self, arrays_bytes(found))
         return found
 
@@ -515,4 +536,4 @@ class AllowedView:
         """The allowed entity the mention in progress is heading for, if any."""
         if state.trie_node is None:
             return None
-        return self.trie.nearest_entity(state.trie_node, self.live)
+        return self.trie.nearest_entity(state.trie_node, self.is_live)

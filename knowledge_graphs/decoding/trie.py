@@ -14,7 +14,7 @@ gigabytes as Python objects, and steering only needs two things from the forbidd
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from tokenizers import Tokenizer
 
@@ -105,14 +105,14 @@ class TokenTrie:
     def step(self, node: int, token_id: int) -> int | None:
         return self.children[node].get(token_id)
 
-    def nearest_entity(self, node: int, usable: Iterable[int] | None = None) -> str | None:
-        """The entity closest below `node` (breadth first, smallest id on ties), or None."""
-        allowed_nodes = set(usable) if usable is not None else None
+    def nearest_entity(self, node: int, usable: Callable[[int], bool] | None = None) -> str | None:
+        """The entity closest below `node` (breadth first, smallest id on ties) through nodes `usable` accepts
+        (None: any), or None."""
         queue = deque([node])
         while queue:
             current = queue.popleft()
             hits = sorted(self.entities.get(current, ()))
             if hits:
                 return hits[0]
-            queue.extend(c for c in self.children[current].values() if allowed_nodes is None or c in allowed_nodes)
+            queue.extend(c for c in self.children[current].values() if usable is None or usable(c))
         return None

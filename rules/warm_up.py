@@ -7,7 +7,8 @@ WARM_UP_TEXTS = {
                "Zorvatrexin 20 mg daily is also prescribed. For type 2 diabetes without complications, bill E11.9.",
     "finance": "Apple's ISIN is US0378331005. The IBAN DE89 3704 0044 0532 0130 00 belongs to Commerzbank.",
     # the district-court parenthetical reaches courts-db's regexes (thousands, compiled on first use: ~0.7 s, and
-    # several request threads compiling them at once under load)
+    # several request threads compiling them at once under load); a landmark case in a reporter its court does not
+    # publish in reaches the court records by id (courts-db's JSON parsed again: ~5 MB kept, built mid-traffic before)
     "legal": "In Brown v. Board of Education, 347 U.S. 483 (1954), the Court ruled. See 42 U.S.C. § 1983. "
-             "Compare Smith v. Jones, 123 F. Supp. 456 (S.D.N.Y. 1997).",
+             "Compare Smith v. Jones, 123 F. Supp. 456 (S.D.N.Y. 1997). Brown v. Board of Education, 347 F.2d 483.",
 }

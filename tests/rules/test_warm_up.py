@@ -20,6 +20,9 @@ verify(WARM_UP_TEXTS["legal"], domain="legal")
 # courts-db compiles its thousands of court regexes on first use (~0.7 s; under load several request threads
 # compiled them at once): the warm-up must be that first use
 assert "regexes" in vars(courts_db), "the legal warm-up never reached courts-db"
+# the court records by id (a second parse of courts-db's JSON, ~5 MB kept): a soak saw them built mid-traffic
+from rules.validators.legal import citations
+assert citations._courts_by_id.cache_info().currsize == 1, "the legal warm-up never reached the courts by id"
 """
 
 

@@ -379,6 +379,7 @@ class AllowedView:
             vocab = self.domain.vocab_size
             found = self._live_children[node] = [token_id for token_id, child in self.trie.children[node].items()
                                                  if token_id < vocab and self._reach(child) is not None]
+            self.domain.account(self, REACHED_BYTES + 8 * len(found))
         return found
 
     def next_state(self, state: DecodeState, token_id: int, folded: str, *, memo: bool = True) -> DecodeState:

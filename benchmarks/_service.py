@@ -5,6 +5,7 @@ that every success has its committed record and that the chain verifies."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import json
 import os
@@ -176,9 +177,13 @@ def start_server(*, source_root: Path | None = None, database_url: str | None = 
     workdir = Path(tempfile.mkdtemp(prefix="service-bench-"))
     port = _free_port()
     database_url = database_url or f"sqlite:///{workdir / 'audit.db'}"
-    # one KG-index cache for every server a benchmark starts (each runs in its own scratch folder)
+    # one KG-index cache for every server of a checkout a benchmark starts (each runs in its own scratch folder);
+    # another checkout gets its own: its code may key the index differently, and a server replaces an index of
+    # another key, so two checkouts sharing one would each start cold every time
+    index_cache = INDEX_CACHE_DIR if source_root is None else INDEX_CACHE_DIR.with_name(
+        f"{INDEX_CACHE_DIR.name}-{hashlib.sha256(str(Path(source_root).resolve()).encode()).hexdigest()[:12]}")
     child_env = {**os.environ, "AUDITOR_DATABASE_URL": database_url, "AUDITOR_ENVIRONMENT": "development",
-                 "AUDITOR_METRICS_ACCESS": "open", "AUDITOR_INDEX_CACHE_DIR": str(INDEX_CACHE_DIR), **(env or {})}
+                 "AUDITOR_METRICS_ACCESS": "open", "AUDITOR_INDEX_CACHE_DIR": str(index_cache), **(env or {})}
     if redis_url:
         child_env["AUDITOR_REDIS_URL"] = redis_url
     if source_root is not None:

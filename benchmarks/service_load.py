@@ -6,7 +6,8 @@ of finance, medical, legal and no-domain chat (benchmarks/data). In the same run
 this process serves the same rendered prompts with the same sampling parameters and KG-constraint
 arguments, also C at a time. Every request's text is unique to its side and round, so neither side has
 prefix-cache hits the other lacks. `--reference DIR` also serves the load from another checkout (main as
-it was), the two servers taking turns in each round, so before and after meet the same machine.
+it was), the two servers taking turns in each round, so before and after meet the same machine; each checkout
+keeps its own KG-index cache, so both start warm after their first round.
 
 Keys: service_tok_s, engine_tok_s, service_vs_engine, p50_ms, p99_ms, ttft_p50_ms, ttft_p99_ms, non_2xx,
 records_found, successes, chain_ok (and the same with a reference_ prefix), ready_s, load_average.

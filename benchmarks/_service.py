@@ -136,7 +136,7 @@ class Server:
 
     def records_found(self, audit_ids: list[str]) -> int:
         """How many of these requests have a committed record that is not a failure."""
-        return sum(1 for status, _ in self.records(audit_ids).values() if status != "error")
+        return committed(self.records(audit_ids))
 
     def records(self, audit_ids: list[str]) -> dict[str, tuple[str, float | None]]:
         """id -> (status, the engine's own time for it, arrival to last token: `timings.engine_e2e_s`)."""
@@ -164,6 +164,11 @@ class Server:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
+
+
+def committed(records: dict[str, tuple[str, float | None]]) -> int:
+    """How many of `Server.records`' records are not failures (each request's `records_found`)."""
+    return sum(1 for status, _ in records.values() if status != "error")
 
 
 def start_server(*, source_root: Path | None = None, database_url: str | None = None, redis_url: str | None = None,

@@ -36,6 +36,7 @@ from benchmarks._service import (
     ChatRequest,
     Result,
     closed_loop,
+    committed,
     cpu_seconds,
     load_average,
     percentile,
@@ -100,7 +101,7 @@ def service_side(requests: list[ChatRequest], warmup: list[ChatRequest], *, clie
         chain_ok = server.verify_chain()
     finally:
         server.stop()
-    found = sum(1 for status, _ in records.values() if status != "error")
+    found = committed(records)
     in_engine = {audit_id: seconds for audit_id, (_, seconds) in records.items() if seconds is not None}
     overhead = [1000 * (r.e2e_s - in_engine[r.audit_id]) for r in successes if r.audit_id in in_engine]
     return summarise(results, seconds) | cpu | {

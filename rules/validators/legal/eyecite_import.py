@@ -10,17 +10,19 @@ KeyError 'eyecite'; seen as a 500 in tests/auditor/kg/test_live.py). Every first
 
 from __future__ import annotations
 
-import sys
 import threading
 
 _lock = threading.Lock()
-MODULES = ("eyecite.models", "eyecite.tokenizers")
+_loaded = False
 
 
 def load() -> None:
     """Import eyecite's modules the validators use, once; threads that ask meanwhile wait for that import."""
-    if all(name in sys.modules for name in MODULES) and not _lock.locked():
+    global _loaded
+    if _loaded:
         return
     with _lock:
-        import eyecite.models  # noqa: F401
-        import eyecite.tokenizers  # noqa: F401
+        if not _loaded:
+            import eyecite.models  # noqa: F401
+            import eyecite.tokenizers  # noqa: F401
+            _loaded = True

@@ -141,6 +141,7 @@ class EngineCoreClient:
         if self._proc is not None and self._proc.is_alive():
             return
         self._incarnation += 1
+        os.makedirs(self._dir, mode=0o700, exist_ok=True)   # removed by an earlier shutdown
         self._input_address = f"ipc://{self._dir}/in-{self._incarnation}"
         context = multiprocessing.get_context("spawn")   # no fork: the API process has threads and sockets
         parent_end, child_end = context.Pipe(duplex=False)
@@ -157,6 +158,7 @@ class EngineCoreClient:
         self._loop = asyncio.get_running_loop()
         self._closing = False
         if self._output is None:
+            os.makedirs(self._dir, mode=0o700, exist_ok=True)   # removed by an earlier shutdown
             self._output = self._async_context.socket(zmq.PULL)
             self._output.setsockopt(zmq.LINGER, 0)
             self._output.bind(self._output_address)
@@ -279,6 +281,9 @@ class EngineCoreClient:
                 socket.close(linger=0)
         self._input = self._output = None
         self._proc = None
+        # the sockets' folder: `__del__` alone left one behind per server run (a process that exits does not
+        # collect its objects), and a host that restarts its service often piles them up in /tmp
+        shutil.rmtree(self._dir, ignore_errors=True)
 
     def __del__(self) -> None:
         shutil.rmtree(getattr(self, "_dir", ""), ignore_errors=True)

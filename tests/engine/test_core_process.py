@@ -65,6 +65,23 @@ def test_outputs_match_the_in_process_engine_and_arrive_as_deltas(tiny_llama):
     assert dtype == in_process.dtype   # the core's resolved dtype (dtype=auto) reaches the audit records' side
 
 
+def test_shutdown_removes_the_socket_folder_and_a_later_start_makes_it_again(tiny_llama):
+    """One folder per server run used to stay in /tmp for good (only the client's `__del__` removed it)."""
+    async def main():
+        client = _client(tiny_llama)
+        folder = client._dir
+        for _ in range(2):   # a client shut down can start again
+            await client.start()
+            try:
+                assert os.path.isdir(folder)
+                outs = await _collect(client, "The patient was", GREEDY, "r")
+            finally:
+                await client.shutdown()
+            assert outs[-1].finished and not os.path.exists(folder)
+
+    asyncio.run(main())
+
+
 def test_prompts_tokenised_on_a_thread_or_inline_send_the_same_tokens(tiny_llama, monkeypatch):
     """Short prompts are tokenised on the event loop, long ones on a thread: the same ids either way."""
     import engine.core_client as core_client

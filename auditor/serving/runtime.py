@@ -44,6 +44,7 @@ def load_detector(kgs: Mapping[str, KnowledgeGraph], *, threshold: float, embedd
     """The domain detector over these KGs, warmed once (MiniLM load, linkers) so no request pays for it."""
     detector = DomainDetector(kgs, threshold=threshold, embedding_cache=embedding_cache)
     detector.detect("Warm-up question?", "Warm-up answer.")
+    detector.evidence.warm_up()   # the warm-up texts name no entity, so they never reach wordfreq
     return detector
 
 

@@ -61,6 +61,12 @@ class KgEvidence:
         self.linkers: dict[str, EntityLinker] = {
             domain: get_linker(kg) for domain, kg in kgs.items() if domain in TYPE_GROUPS}
 
+    @staticmethod
+    def warm_up() -> None:
+        """Load wordfreq's English list now (a gzip read of tens of ms, longer under load): otherwise the first
+        text that names a KG entity pays for it inside its request."""
+        zipf_frequency("warm", "en")
+
     def hits(self, text: str) -> list[KgHit]:
         found: dict[tuple[str, str], KgHit] = {}
         for domain, linker in self.linkers.items():

@@ -191,3 +191,22 @@ def test_stored_details_cannot_be_edited_unseen(serve) -> None:
                      {"d": json.dumps(details), "id": audit_id})
     report = client.get("/v1/audits/verify").json()
     assert report["ok"] is False
+
+
+def test_the_detector_loads_wordfreq_before_the_first_request(kgs, monkeypatch):
+    """The warm-up texts name no KG entity, so without this the first prompt that did loaded wordfreq's list."""
+    import subprocess
+    import sys
+
+    from knowledge_graphs.detection.evidence import KgEvidence
+
+    warmed = []
+    monkeypatch.setattr(KgEvidence, "warm_up", staticmethod(lambda: warmed.append(True)))
+    load_detector(kgs, threshold=0.6, embedding_cache=16)
+    assert warmed == [True]
+    # and the warm-up itself fills wordfreq's list cache (in a fresh interpreter: this one may hold it already)
+    probe = ("import wordfreq; from knowledge_graphs.detection.evidence import KgEvidence; "
+             "assert wordfreq.get_frequency_dict.cache_info().currsize == 0; KgEvidence.warm_up(); "
+             "print(wordfreq.get_frequency_dict.cache_info().currsize)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert int(out.stdout) >= 1

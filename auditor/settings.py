@@ -56,6 +56,10 @@ class Settings(BaseSettings):
     # The engine core runs in its own process (its step loop shares no GIL with HTTP, validation and SQL) and is
     # restarted if it dies; False runs it on a thread of this process (tests, debugging).
     engine_process: bool = True
+    # `auditor serve` with its own engine core: the API process's threads run this many nice values below the
+    # core, as SCHED_BATCH, so where they share CPUs the core's step loop goes first (`engine.priority`, measured
+    # there). 0: the same priority as the core.
+    api_nice: int = Field(default=5, ge=0, le=19)
     # Join an engine core that runs on its own (`auditor engine-core`, shared by several API processes) at this
     # ZeroMQ address, e.g. "ipc:///run/auditor/engine", instead of starting one. Same model path on both sides.
     engine_address: str | None = None

@@ -38,6 +38,7 @@ from engine.core_proc import run_engine_core
 from engine.errors import EngineDeadError
 from engine.output_processor import OutputProcessor
 from engine.outputs import RequestOutput, merge_deltas
+from engine.priority import LaunchThread, lower_process_priority
 from engine.sampling_params import InvalidRequestError, SamplingParams
 from engine.serial import output_from_wire, pack, params_to_wire, unpack
 from engine.tokenizer import Tokenizer
@@ -73,6 +74,8 @@ class EngineCoreClient:
         self._queues: dict[str, asyncio.Queue[RequestOutput | BaseException]] = {}
         self._stats: dict[str, Any] = {}
         self._dir = tempfile.mkdtemp(prefix="engine-core-")
+        # the core starts from here, at this process's priority as it is now (see `yield_cpu`)
+        self._launcher = LaunchThread("engine-core-launcher") if builder is not None else None
         self._identity = uuid.uuid4().bytes
         self._output_address = f"ipc://{self._dir}/out-{self._identity.hex()[:12]}"
         self._sync_context = zmq.Context()
@@ -147,9 +150,18 @@ class EngineCoreClient:
         parent_end, child_end = context.Pipe(duplex=False)
         self._proc = context.Process(target=run_engine_core, args=(self.builder, self._input_address, child_end),
                                      name=f"engine-core-{self._incarnation}", daemon=True)
-        self._proc.start()
+        assert self._launcher is not None, "a client of a core it did not start cannot launch one"
+        self._launcher.run(self._proc.start)
         child_end.close()
         self._ready = parent_end
+
+    def yield_cpu(self, steps: int) -> int:
+        """This (API) process's threads `steps` nice values below the core it started, and SCHED_BATCH
+        (`engine.priority`); a core restarted later still starts at the process's first priority. Nothing for a
+        core this client does not own. Returns how many threads changed."""
+        if self._launcher is None or self._external_address is not None:
+            return 0
+        return lower_process_priority(steps, keep={self._launcher.native_id})
 
     async def start(self) -> None:
         """Launch (if not yet) and wait until the core is ready; raises EngineDeadError if it cannot start."""

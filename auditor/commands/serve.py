@@ -65,6 +65,8 @@ def _serve_with_gc_off(args: argparse.Namespace) -> int:
         engine_core = start_engine_core(settings)
     except EngineLoadError as exc:
         raise CliError(str(exc)) from exc
+    if engine_core is not None:   # launched already, at this process's priority; from here on this process yields
+        engine_core.yield_cpu(settings.api_nice)
     try:
         return _run(settings, host, port, engine_core)
     finally:

@@ -5,6 +5,9 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# `auditor serve` run inside this process (a CLI test) would lower pytest's own threads for good (`engine.priority`);
+# tests/engine/test_priority.py runs the real thing in interpreters of its own
+os.environ.setdefault("AUDITOR_API_NICE", "0")
 
 
 import pytest  # noqa: E402

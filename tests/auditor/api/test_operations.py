@@ -70,6 +70,36 @@ def test_serve_binds_loopback_without_keys(monkeypatch: pytest.MonkeyPatch, tmp_
     assert calls["host"] == "127.0.0.1" and calls["port"] == 8123
 
 
+def test_serve_yields_the_cpu_to_the_core_it_launched(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import uvicorn
+
+    from auditor.cli import main
+    from auditor.serving import engine_loading
+    from auditor.settings import get_settings
+
+    class LaunchedCore:   # what start_engine_core returns: launched, not yet ready
+        yielded: list[int] = []
+
+        def yield_cpu(self, steps: int) -> int:
+            self.yielded.append(steps)
+            return 1
+
+        async def shutdown(self) -> None:
+            pass
+
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: None)
+    monkeypatch.setattr(engine_loading, "start_engine_core", lambda settings: LaunchedCore())
+    monkeypatch.setenv("AUDITOR_DATABASE_URL", f"sqlite:///{tmp_path / 'serve.db'}")
+    monkeypatch.setenv("AUDITOR_MODEL_PATH", str(tmp_path))
+    monkeypatch.setenv("AUDITOR_API_NICE", "7")
+    get_settings.cache_clear()
+    try:
+        assert main(["serve", "--port", "8123"]) == 0
+    finally:
+        get_settings.cache_clear()
+    assert LaunchedCore.yielded == [7]
+
+
 def test_migrations_match_the_models(database: Database) -> None:
     with database.engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"include_object": include_object_for(conn.dialect.name)})

@@ -3,9 +3,10 @@
 Why: on a small CPU host the core's step loop is the service's throughput, and every API thread that wakes (an
 HTTP request, a MiniLM forward for domain detection, a group commit) could preempt it: in paired rounds on two
 cores (`python -m benchmarks.service_load --requests 480 --rounds 5 --reference DIR`) the step loop waited ~15% of
-each step in the run queue, and an API process 5 nice values lower and SCHED_BATCH (no wakeup preemption) served
-6-14% more tokens a second in three runs, with lower p50 and p99. Where a CPU is free the API's threads still run
-at once; a GPU host with cores to spare sees no difference.
+each step in the run queue, and with the API process 5 nice values lower and SCHED_BATCH (no wakeup preemption)
+the median ratio to the bare engine rose 6%, 6%, 14% and 8% in four paired runs and fell 2% in a fifth (the
+README's table). Where a CPU is free the API's threads still run at once; a host with cores to spare sees no
+difference.
 
 A process can lower its own threads' priority but, unprivileged, never raise it again; a child inherits the
 priority of the thread that starts it. So the core is started from a thread kept at the process's first priority

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import sys
 import threading
 from collections.abc import Callable, Collection
-from concurrent.futures import Future
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 logger = logging.getLogger("engine.priority")
@@ -57,28 +56,13 @@ def lower_process_priority(steps: int, *, keep: Collection[int] = ()) -> int:
 
 
 class LaunchThread:
-    """A thread that runs what it is given (`run`) at the priority the process had when it was made."""
+    """One thread that runs what it is given (`run`) at the priority the process had when it was made."""
 
     def __init__(self, name: str) -> None:
-        self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._thread.start()
-
-    @property
-    def native_id(self) -> int:
-        assert self._thread.native_id is not None   # set once started
-        return self._thread.native_id
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        # its worker is started now (by this first call), so at this thread's priority, and kept for good
+        self.native_id: int = self._executor.submit(threading.get_native_id).result()
 
     def run(self, call: Callable[[], Any]) -> Any:
         """`call()` on this thread; returns its result or raises its exception."""
-        future: Future[Any] = Future()
-        self._calls.put((call, future))
-        return future.result()
-
-    def _serve(self) -> None:
-        while True:
-            call, future = self._calls.get()
-            try:
-                future.set_result(call())
-            except BaseException as exc:  # noqa: BLE001 - the caller raises it
-                future.set_exception(exc)
+        return self._executor.submit(call).result()

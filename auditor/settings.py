@@ -60,6 +60,10 @@ class Settings(BaseSettings):
     # core, as SCHED_BATCH, so where they share CPUs the core's step loop goes first (`engine.priority`, measured
     # there). 0: the same priority as the core.
     api_nice: int = Field(default=5, ge=0, le=19)
+    # The engine core's malloc (`engine.allocator`): "jemalloc" preloads it into the core, which then keeps fewer
+    # freed heap pages resident under sustained load (README, soak); "system" keeps glibc's; "auto" takes jemalloc
+    # where the system has it (Debian: libjemalloc2) and glibc's elsewhere.
+    engine_allocator: Literal["auto", "jemalloc", "system"] = "auto"
     # Join an engine core that runs on its own (`auditor engine-core`, shared by several API processes) at this
     # ZeroMQ address, e.g. "ipc:///run/auditor/engine", instead of starting one. Same model path on both sides.
     engine_address: str | None = None

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import zmq
 import zmq.asyncio
 
+from engine.allocator import preloaded
 from engine.core_proc import run_engine_core
 from engine.errors import EngineDeadError
 from engine.output_processor import OutputProcessor
@@ -55,10 +56,11 @@ INLINE_TOKENIZE_CHARS = 2048
 class EngineCoreClient:
     def __init__(self, builder: Callable[[], LLMEngine] | None, tokenizer: Tokenizer, *, restart: bool = True,
                  startup_timeout_s: float = 600.0, restart_backoff_s: float = 1.0,
-                 heartbeat_timeout_s: float = 10.0) -> None:
+                 heartbeat_timeout_s: float = 10.0, preload: str | None = None) -> None:
         """builder: picklable (a module-level function or a functools.partial of one); it runs in the core
         process and returns the LLMEngine to serve (None: see `connect`). tokenizer: the same checkpoint's."""
         self.builder = builder
+        self.preload = preload   # a malloc library the core starts with (`engine.allocator`); None: glibc's
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self._external_address: str | None = None
         self._last_message = 0.0
@@ -116,6 +118,11 @@ class EngineCoreClient:
         return self.info.get("dtype")
 
     @property
+    def allocator(self) -> str | None:
+        """The malloc the core runs on, "jemalloc" or "system" (None until the core is up)."""
+        return self.info.get("allocator")
+
+    @property
     def max_model_len(self) -> int:
         return int(self.info.get("max_model_len", 0))
 
@@ -151,7 +158,13 @@ class EngineCoreClient:
         self._proc = context.Process(target=run_engine_core, args=(self.builder, self._input_address, child_end),
                                      name=f"engine-core-{self._incarnation}", daemon=True)
         assert self._launcher is not None, "a client of a core it did not start cannot launch one"
-        self._launcher.run(self._proc.start)
+        process = self._proc
+
+        def start() -> None:
+            with preloaded(self.preload):
+                process.start()
+
+        self._launcher.run(start)
         child_end.close()
         self._ready = parent_end
 

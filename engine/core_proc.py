@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
+from engine.allocator import active_allocator
 from engine.memory import malloc_trim
 from engine.sampling_params import InvalidRequestError
 from engine.serial import output_to_wire, pack, params_from_wire, unpack
@@ -110,7 +111,7 @@ class EngineCoreProc:
         self._parent = os.getppid() if watch_parent else None
         self.info = {"model_id": engine.model_id, "checkpoint_hash": engine.checkpoint_hash,
                      "max_model_len": engine.max_model_len, "dtype": engine.dtype, "pid": os.getpid(),
-                     "kv_cache": engine.kv_cache_settings}
+                     "kv_cache": engine.kv_cache_settings, "allocator": active_allocator()}
 
     # ---- the step loop (main thread) -------------------------------------------------------------
 

@@ -22,6 +22,9 @@ def health(request: Request) -> JSONResponse:
     kv_cache = getattr(services.engine, "kv_cache_settings", None) if ready else None
     if kv_cache is not None:   # outputs depend on the KV cache's precision: say which one serves them
         body["kv_cache"] = kv_cache
+    allocator = getattr(services.engine, "allocator", None) if ready else None
+    if allocator is not None:   # the engine core's malloc (an operator reading its memory needs to know which)
+        body["engine_allocator"] = allocator
     return JSONResponse(body, status_code=200 if ready else 503)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from auditor.settings import Settings
+from engine.allocator import AllocatorUnavailable, preload_for
 from engine.checkpoint import load_tokenizer
 from engine.core_client import EngineCoreClient
 from engine.errors import ModelLoadError
@@ -210,7 +211,11 @@ def start_engine_core(settings: Settings) -> EngineCoreClient | None:
         raise EngineLoadError(f"cannot load the model at {path}: {exc}") from exc
     if settings.engine_address is not None:
         return EngineCoreClient.connect(settings.engine_address, tokenizer)
-    client = EngineCoreClient(EngineRecipe(settings), tokenizer)
+    try:
+        preload = preload_for(settings.engine_allocator)
+    except AllocatorUnavailable as exc:
+        raise EngineLoadError(str(exc)) from exc
+    client = EngineCoreClient(EngineRecipe(settings), tokenizer, preload=preload)
     client.launch()
     return client
 

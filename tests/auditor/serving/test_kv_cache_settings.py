@@ -36,8 +36,10 @@ def int4_client(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path)
 
 
 def test_health_names_the_kv_cache(int4_client: TestClient) -> None:
-    kv_cache = int4_client.get("/health").json()["kv_cache"]
+    health = int4_client.get("/health").json()
+    kv_cache = health["kv_cache"]
     assert kv_cache["dtype"] == "int4" and kv_cache["strategy"] == "tiered"
+    assert health["engine_allocator"] == "system"   # this core was launched without a preload
     assert kv_cache["residual_tokens"] == 32 and kv_cache["block_size"] == 32
 
 

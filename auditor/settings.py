@@ -90,6 +90,8 @@ class Settings(BaseSettings):
     # How often freed heap pages are handed back to the OS (glibc malloc_trim) in the API process; the engine
     # core does the same in its own. 0: never.
     malloc_trim_interval_s: float = Field(default=30.0, ge=0)
+    # The three glibc settings below reach the engine core only while it runs on glibc's malloc (see
+    # engine_allocator): on jemalloc they set an allocator nothing uses there, harmlessly.
     # glibc malloc arenas per process (the API process and the engine core). glibc's default, 8 per core, gives
     # each of the many worker threads a heap of its own, whose freed pages fragment and stay resident; a few
     # shared arenas keep RSS flat under sustained load at no measurable throughput cost. 0: glibc's default.

@@ -5,7 +5,9 @@ one step. Under a sustained mix, glibc keeps the pages between them resident aft
 core's heap in use stayed at 138-141 MB while the freed-but-kept part grew 23 -> 42 MB, and `malloc_trim` returns
 only whole free pages. jemalloc packs blocks by size class and hands unused pages back on its own (the README's
 soak table has the comparison). A process cannot change its malloc once running, so the library is preloaded
-(LD_PRELOAD) into the core as it is launched; the API process keeps glibc's.
+(LD_PRELOAD) into the core as it is launched; the API process keeps glibc's. In a core on jemalloc, the glibc
+tunings of `engine.memory` (arenas, mmap threshold, trims) act on glibc's unused heap: harmless, and left in
+place so that a core on glibc's keeps them.
 """
 
 from __future__ import annotations

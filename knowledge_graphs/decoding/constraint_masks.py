@@ -80,6 +80,8 @@ MASK_ENTRY_BYTES = 600
 MASK_SLOT_BYTES = 100        # a state whose mask is one of the view's two shared plain masks: the slot alone
 TRANSITION_BYTES = 250
 REACHED_BYTES = 100          # a token-trie node whose guard state a view has found (`AllowedView._reach`)
+TRIE_NODE_BYTES = 300        # a token-trie node made (its children dict and list slots)
+TRIE_ENCODING_BYTES = 160    # an encoding a view's token trie keeps sorted (two tuples and a list slot)
 
 
 class CachedMask:
@@ -316,7 +318,7 @@ class AllowedView:
         self.allowed_ids = allowed_ids
         self.approx_bytes = 0   # when built (below), then the masks and transitions it caches (`DomainMasks.account`)
         self.allowed_nodes = AllowedNodes(domain.name_trie, allowed_ids)
-        self.trie = TokenTrie(domain.encodings(allowed_ids))
+        self.trie = TokenTrie(domain.encodings(allowed_ids))   # its nodes made as decoding reaches them
         # Which token-trie nodes steering may lead to, found on first use (`_reach`): a medical set's trie has
         # thousands of nodes, and walking them all was most of a view's build (pure Python, holding the GIL the
         # step loop needs) while decoding visits a handful. Token-trie node -> the guard state after its text,
@@ -336,6 +338,7 @@ class AllowedView:
                        for b in (False, True)}
         self._transitions: dict[tuple[DecodeState, int], DecodeState] = {}   # memo of next_state
         self.approx_bytes += self._estimate_bytes()
+        self._trie_nodes_counted = len(self.trie)   # those made later are counted as they come (`_count_new_nodes`)
 
     def _estimate_bytes(self) -> int:
         """What this view holds when built, roughly (CPython object sizes on 64 bits): its arrays, the allowed
@@ -345,7 +348,14 @@ class AllowedView:
         arrays = [*self._static.values(), *self._root_blocked.values(), *self._both.values()]
         below = sum(len(names) for names in nodes.below.values())
         return (nodes.nbytes + sum(array.nbytes for array in arrays) + 200 * (len(nodes.live) + len(nodes.below)) + 40 * below
-                + 300 * len(self.trie) + 60 * len(nodes.nodes))
+                + TRIE_NODE_BYTES * len(self.trie) + TRIE_ENCODING_BYTES * self.trie.encodings + 60 * len(nodes.nodes))
+
+    def _count_new_nodes(self) -> None:
+        """Count the token-trie nodes made since last asked toward this view's size (step thread)."""
+        grown = len(self.trie) - self._trie_nodes_counted
+        if grown:
+            self._trie_nodes_counted += grown
+            self.domain.account(self, TRIE_NODE_BYTES * grown)
 
     def is_live(self, node: int) -> bool:
         """Whether the text of token-trie `node` leaves no forbidden name linked on the way (per
@@ -377,9 +387,10 @@ class AllowedView:
         found = self._live_children.get(node)
         if found is None:
             vocab = self.domain.vocab_size
-            found = self._live_children[node] = [token_id for token_id, child in self.trie.children[node].items()
+            found = self._live_children[node] = [token_id for token_id, child in self.trie.children_of(node).items()
                                                  if token_id < vocab and self._reach(child) is not None]
             self.domain.account(self, REACHED_BYTES + 8 * len(found))
+            self._count_new_nodes()
         return found
 
     def next_state(self, state: DecodeState, token_id: int, folded: str, *, memo: bool = True) -> DecodeState:
@@ -411,13 +422,14 @@ class AllowedView:
             node = self.trie.step(ROOT, token_id)   # the token starts a new mention
         if node is not None and not self.is_live(node):
             node = None
+        self._count_new_nodes()
         return DecodeState(node, guard)
 
     def _root_mask(self, boundary: bool) -> np.ndarray:
         """bool [vocab] blocked: outside a mention, only tokens that would start a mention which is
         already a complete forbidden name with no allowed continuation."""
         blocked = np.zeros(self.domain.vocab_size, dtype=bool)
-        live_roots = self.trie.children[ROOT]
+        live_roots = self.trie.children_of(ROOT)
         ids = [
             token_id for token_id, names in self.domain.index.single_token_names.items()
             if token_id < self.domain.vocab_size and not ((root := live_roots.get(token_id)) is not None
@@ -537,4 +549,6 @@ class AllowedView:
         """The allowed entity the mention in progress is heading for, if any."""
         if state.trie_node is None:
             return None
-        return self.trie.nearest_entity(state.trie_node, self.is_live)
+        found = self.trie.nearest_entity(state.trie_node, self.is_live)
+        self._count_new_nodes()
+        return found

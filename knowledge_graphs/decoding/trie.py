@@ -8,12 +8,14 @@ A full trie over every form of a large KG (the medical one: ~100k forms, ~600k e
 gigabytes as Python objects, and steering only needs two things from the forbidden side:
 - `EncodingIndex` (all entities, built once): which tokens start an encoding, which second tokens
   follow each first token, and which single tokens are a complete name on their own;
-- `TokenTrie` (one allowed set, built on demand): the full trie over the allowed entities' encodings.
+- `TokenTrie` (one allowed set, built on demand): the trie over the allowed entities' encodings, its nodes
+  made as decoding reaches them.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import threading
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from tokenizers import Tokenizer
@@ -72,47 +74,78 @@ class EncodingIndex:
 
 
 class TokenTrie:
-    """Trie over the encodings of one allowed set; terminal nodes carry their entity ids."""
+    """Trie over the encodings of one allowed set; terminal nodes carry their entity ids.
+
+    Nodes are made as decoding first reaches them (`children_of`), not when the set's view is built: a view is
+    built for every first-seen allowed set, on the engine core's preparing threads, in pure Python that holds the
+    GIL its step loop needs, and inserting every encoding (hundreds for a medical set, a dict per node) was 45% of
+    a build, while decoding visits a handful of nodes. The encodings are kept sorted, so a node is a run of them
+    sharing its path, and its children are the runs that share one more token (found by bisection)."""
 
     def __init__(self, encodings: Iterable[tuple[str, list[int]]] = ()) -> None:
-        self.children: list[dict[int, int]] = [{}]
+        # (token ids, entity id), sorted: a node's encodings are one run, those ending at the node first
+        self._encodings = sorted((tuple(ids), entity_id) for entity_id, ids in encodings if ids)
         self.parent: list[int] = [-1]
         self.token: list[int] = [-1]                       # token id on the edge into each node
         self.depth: list[int] = [0]                        # tokens from the root
-        self.entities: dict[int, set[str]] = {}            # terminal node -> entity ids
-        for entity_id, ids in encodings:
-            self.insert(ids, entity_id)
-
-    def insert(self, token_ids: Sequence[int], entity_id: str) -> None:
-        if not token_ids:
-            return
-        node = ROOT
-        for token_id in token_ids:
-            nxt = self.children[node].get(token_id)
-            if nxt is None:
-                nxt = len(self.children)
-                self.children.append({})
-                self.parent.append(node)
-                self.token.append(token_id)
-                self.depth.append(self.depth[node] + 1)
-                self.children[node][token_id] = nxt
-            node = nxt
-        self.entities.setdefault(node, set()).add(entity_id)
+        self.entities: dict[int, set[str]] = {}            # terminal node -> entity ids (of the nodes made so far)
+        self._runs: list[tuple[int, int]] = [(0, len(self._encodings))]   # node -> its run in `_encodings`
+        self._children: list[dict[int, int] | None] = [None]             # None: not made yet
+        self._lock = threading.Lock()   # the step thread and the preparing threads may both reach a new node
 
     def __len__(self) -> int:
-        return len(self.children)
+        """Nodes made so far."""
+        return len(self.parent)
+
+    @property
+    def encodings(self) -> int:
+        return len(self._encodings)
+
+    def children_of(self, node: int) -> dict[int, int]:
+        """token id -> child node, made on first use."""
+        found = self._children[node]
+        if found is None:
+            with self._lock:
+                found = self._children[node]
+                if found is None:
+                    found = self._children[node] = self._make_children(node)
+        return found
 
     def step(self, node: int, token_id: int) -> int | None:
-        return self.children[node].get(token_id)
+        return self.children_of(node).get(token_id)
+
+    def _make_children(self, node: int) -> dict[int, int]:
+        encodings, depth = self._encodings, self.depth[node]
+        start, end = self._runs[node]
+        while start < end and len(encodings[start][0]) == depth:   # these end at `node`
+            start += 1
+        children: dict[int, int] = {}
+        while start < end:
+            ids = encodings[start][0]
+            token_id = ids[depth]
+            # the first encoding past this token: (path + (token + 1,),) sorts after every (path + (token, ...), _)
+            stop = bisect_left(encodings, (ids[:depth] + (token_id + 1,),), start, end)
+            child = children[token_id] = len(self.parent)
+            self.parent.append(node)
+            self.token.append(token_id)
+            self.depth.append(depth + 1)
+            self._runs.append((start, stop))
+            self._children.append(None)
+            ending = start
+            while ending < stop and len(encodings[ending][0]) == depth + 1:
+                self.entities.setdefault(child, set()).add(encodings[ending][1])
+                ending += 1
+            start = stop
+        return children
 
     def nearest_entity(self, node: int, usable: Callable[[int], bool] | None = None) -> str | None:
         """The entity closest below `node` (breadth first, smallest id on ties) through nodes `usable` accepts
         (None: any), or None."""
-        queue = deque([node])
-        while queue:
-            current = queue.popleft()
-            hits = sorted(self.entities.get(current, ()))
+        level = [node]
+        while level:
+            hits = [entity for current in level for entity in self.entities.get(current, ())]
             if hits:
-                return hits[0]
-            queue.extend(c for c in self.children[current].values() if usable is None or usable(c))
+                return min(hits)
+            level = [child for current in level for child in self.children_of(current).values()
+                     if usable is None or usable(child)]
         return None

@@ -19,7 +19,7 @@ def _whole_walk(view: AllowedView) -> tuple[set[int], dict[int, list[int]]]:
     stack = [(ROOT, GuardState())]
     while stack:
         node, guard = stack.pop()
-        for token_id, child in view.trie.children[node].items():
+        for token_id, child in view.trie.children_of(node).items():
             after, violated = view.domain.step(guard, token_id, view.allowed_nodes)
             if violated:
                 continue
@@ -28,6 +28,15 @@ def _whole_walk(view: AllowedView) -> tuple[set[int], dict[int, list[int]]]:
                 children.setdefault(node, []).append(token_id)
             stack.append((child, after))
     return live, children
+
+
+def _every_node(view: AllowedView) -> list[int]:
+    """Every node of the view's token trie, made now if not yet."""
+    nodes, frontier = [ROOT], [ROOT]
+    while frontier:
+        frontier = [child for node in frontier for child in view.trie.children_of(node).values()]
+        nodes += frontier
+    return sorted(nodes)
 
 
 def _processor(kg, tokenizer) -> KGConstraintProcessor:
@@ -45,7 +54,7 @@ def test_live_nodes_and_continuations_are_those_of_the_whole_walk(kg, tokenizer)
         for order in (1, -1):   # children before parents too: a node's path is walked from its nearest known one
             view = AllowedView(domain, frozenset(allowed) & domain.entity_ids)
             expected_live, expected_children = _whole_walk(view)
-            nodes = list(range(len(view.trie)))[::order]
+            nodes = _every_node(view)[::order]
             assert {n for n in nodes if view.is_live(n)} == expected_live, allowed
             for node in [ROOT, *expected_live]:
                 assert view._live_children_of(node) == expected_children.get(node, []), (allowed, node)
@@ -54,7 +63,9 @@ def test_live_nodes_and_continuations_are_those_of_the_whole_walk(kg, tokenizer)
 def test_building_a_view_reaches_only_the_first_tokens(kg, tokenizer) -> None:
     domain = _processor(kg, tokenizer).domains["medical"]
     view = AllowedView(domain, domain.entity_ids)
-    assert len(view._reached) <= 1 + len(view.trie.children[ROOT]) < len(view.trie)
+    made = len(view.trie)
+    assert len(view._reached) <= 1 + len(view.trie.children_of(ROOT)) < len(_every_node(view))
+    assert made == 1 + len(view.trie.children_of(ROOT))   # nor does it make the trie's deeper nodes
 
 
 def test_nodes_found_later_count_toward_the_view_and_its_domain(kg, tokenizer) -> None:
@@ -63,7 +74,7 @@ def test_nodes_found_later_count_toward_the_view_and_its_domain(kg, tokenizer) -
     allowed = sorted(domain.entity_ids)
     processor.prepare(_params(allowed))
     view = domain.view(allowed)
-    deepest = max(range(len(view.trie)), key=lambda n: view.trie.depth[n])
+    deepest = max(_every_node(view), key=lambda n: view.trie.depth[n])
     before_view, before_domain, before_reached = view.approx_bytes, domain.cached_view_bytes, len(view._reached)
     view.is_live(deepest)
     grown = REACHED_BYTES * (len(view._reached) - before_reached)

@@ -52,6 +52,7 @@ from auditor.auth.keys import keys_ever_created
 from auditor.auth.principal import AuthGuard
 from auditor.console.mount import install_console
 from auditor.gate.gate import NoClaimVerifier, Verifier
+from auditor.gate.pii import min_phone_digits
 from auditor.jobs import scoring
 from auditor.jobs.domains import install_detector
 from auditor.jobs.inprocess import EmbeddedWorker
@@ -253,11 +254,12 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                 stack.callback(trimmer.cancel)
             # What ready did not wait for loads now, on a thread, once this process's ready path is done (so it takes
             # neither the GIL from that path nor a CPU from the engine core while it still loads): the domain
-            # detector, what `auditor serve` deferred (simple-icd-10-cm, eyecite), then the validators' big
-            # registries (the ICD-10-CM index, the drug dictionary). A request that needs one of them first waits
-            # for the same load and is served as it would be later. /ready says "warm" once all is done.
+            # detector, the PII screen's phone metadata, what `auditor serve` deferred (simple-icd-10-cm,
+            # eyecite), then the validators' big registries (the ICD-10-CM index, the drug dictionary). A request
+            # that needs one of them first waits for the same load and is served as it would be later. /ready says
+            # "warm" once all is done.
             services.warming = start_loading_deferred(
-                first=[loaded_detector.get] if isinstance(loaded_detector, OnDemand) else [],
+                first=[*([loaded_detector.get] if isinstance(loaded_detector, OnDemand) else []), min_phone_digits],
                 then=getattr(loaded_verifier, "warm_registries", None))
             services.ready = True
             gc.enable()   # `auditor serve` starts with it off: see auditor.commands.serve

@@ -29,6 +29,7 @@ _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b
 # Separators consistent within the number: 123-45-6789, 123 45 6789 or 123456789.
 _SSN_CUE = re.compile(r"(?i)\b(?:ssn|ss#|social[ -]security|soc\.? ?sec|taxpayer id|tin)\b")
 _SSN = re.compile(r"(?<![\d-])\d{3}([- ]?)\d{2}\1\d{4}(?![\d-])")
+DEFAULT_PHONE_REGION = "US"   # how numbers written without a country code are read
 _DIGIT = re.compile(r"\d")   # any decimal digit, as phonenumbers reads them (fullwidth, Arabic-Indic, ...)
 
 
@@ -39,7 +40,7 @@ class PiiMatch:
     end: int
 
 
-def find_pii(text: str, *, phone_region: str = "US") -> list[PiiMatch]:
+def find_pii(text: str, *, phone_region: str = DEFAULT_PHONE_REGION) -> list[PiiMatch]:
     """Non-overlapping PII spans, in text order (earlier, longer matches win)."""
     candidates = [PiiMatch("email", m.start(), m.end()) for m in _EMAIL.finditer(text)]
     candidates += [PiiMatch("card", m.start(), m.end()) for m in _CARD.finditer(text) if _is_card(m.group())]
@@ -58,12 +59,13 @@ def find_pii(text: str, *, phone_region: str = "US") -> list[PiiMatch]:
 
 
 @cache
-def min_phone_digits(region: str) -> int:
+def min_phone_digits(region: str = DEFAULT_PHONE_REGION) -> int:
     """The fewest digits a number `phonenumbers` accepts as valid can have when written with `region` as the
     default: a national number of that region, or any region's (and the non-geographic codes') with its
     country code, by the library's own metadata (6: +43 / +49 / +98 and four digits). The matcher is the
     slowest detector (~60 µs for a sentence with a few digits: it parses each candidate), so a text with fewer
-    digits than this skips it; it would find nothing there."""
+    digits than this skips it; it would find nothing there. The first call reads every region's metadata
+    (~30 ms, 1.4 MB): the service makes it after ready (`auditor.app`)."""
     def shortest(metadata: phonenumbers.PhoneMetadata | None) -> int | None:
         lengths = [*(metadata.general_desc.possible_length or ())] if metadata and metadata.general_desc else []
         return min(lengths) if lengths else None

@@ -348,7 +348,7 @@ class AllowedView:
         arrays = [*self._static.values(), *self._root_blocked.values(), *self._both.values()]
         below = sum(len(names) for names in nodes.below.values())
         return (nodes.nbytes + sum(array.nbytes for array in arrays) + 200 * (len(nodes.live) + len(nodes.below)) + 40 * below
-                + TRIE_NODE_BYTES * len(self.trie) + TRIE_ENCODING_BYTES * self.trie.encodings + 60 * len(nodes.nodes))
+                + TRIE_NODE_BYTES * len(self.trie) + TRIE_ENCODING_BYTES * self.trie.encoding_count + 60 * len(nodes.nodes))
 
     def _count_new_nodes(self) -> None:
         """Count the token-trie nodes made since last asked toward this view's size (step thread)."""

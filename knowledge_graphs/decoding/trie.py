@@ -98,7 +98,7 @@ class TokenTrie:
         return len(self.parent)
 
     @property
-    def encodings(self) -> int:
+    def encoding_count(self) -> int:
         return len(self._encodings)
 
     def children_of(self, node: int) -> dict[int, int]:

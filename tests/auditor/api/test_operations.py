@@ -167,3 +167,13 @@ def test_ready_says_warm_once_what_loads_after_ready_is_in(app_factory) -> None:
     while not client.get("/ready").json()["warm"]:
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+def test_the_pii_screens_phone_metadata_is_read_after_ready(app_factory) -> None:
+    """Its first read takes every region's metadata (~30 ms): the service does it after ready, not a request."""
+    from auditor.gate.pii import min_phone_digits
+
+    min_phone_digits.cache_clear()
+    client = app_factory()
+    client.app.state.services.warming.join(30)
+    assert min_phone_digits.cache_info().currsize == 1

@@ -59,7 +59,7 @@ def test_the_paths_and_entities_are_those_of_every_encoding_inserted() -> None:
 
 def test_nodes_are_made_only_when_reached() -> None:
     trie = TokenTrie(ENCODINGS)
-    assert len(trie) == 1 and trie.encodings == 9 and not trie.entities
+    assert len(trie) == 1 and trie.encoding_count == 9 and not trie.entities
     heart = trie.step(ROOT, 5)
     assert len(trie) == 1 + 3   # the root's children: 5, 7 and 300000
     assert trie.step(heart, 9) is not None and len(trie) == 4 + 2

@@ -6,8 +6,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from engine.affinity import check_setting
 
 # Only acceptable in development: anyone reading this file could forge checkpoint signatures.
 DEVELOPMENT_HMAC_KEY = "development-only-insecure-hmac-key"
@@ -68,6 +70,11 @@ class Settings(BaseSettings):
     # ZeroMQ address, e.g. "ipc:///run/auditor/engine", instead of starting one. Same model path on both sides.
     engine_address: str | None = None
     engine_threads: int | None = Field(default=None, ge=1)   # torch CPU threads of the engine; None: torch's default
+    # The engine core's CPUs (`engine.affinity`, measured there): "off" leaves the core and the API process to the
+    # scheduler; "auto" gives the core `engine_threads` CPUs (all but one when that is unset) and the API process
+    # the others, where there are two or more; a CPU list ("2-7", "1,3") names the core's. Its torch threads then
+    # default to its CPU count.
+    engine_cpus: str = "off"
     # The most requests the engine runs at once (its batch); more wait in its priority queue. None: the engine's 64.
     engine_max_num_seqs: int | None = Field(default=None, ge=1, le=4096)
     # A waiting request gains one priority class per this many seconds waited, so none starves; waits much
@@ -153,6 +160,11 @@ class Settings(BaseSettings):
     # Sentence vectors the detector keeps (least recently used dropped first; ~1.5 KB each), so the in-process
     # scoring of a record re-detects its domain without embedding again what the request embedded. 0: none.
     domain_detection_embedding_cache: int = Field(default=1024, ge=0, le=1_000_000)
+
+    @field_validator("engine_cpus")
+    @classmethod
+    def _readable_cpu_setting(cls, value: str) -> str:
+        return check_setting(value.strip())
 
     @model_validator(mode="after")
     def _refuse_weak_secret(self) -> Settings:

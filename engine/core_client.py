@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import zmq
 import zmq.asyncio
 
+from engine.affinity import CpuSplit, pin_this_process
 from engine.allocator import preloaded
 from engine.core_proc import run_engine_core
 from engine.errors import EngineDeadError
@@ -56,10 +57,13 @@ INLINE_TOKENIZE_CHARS = 2048
 class EngineCoreClient:
     def __init__(self, builder: Callable[[], LLMEngine] | None, tokenizer: Tokenizer, *, restart: bool = True,
                  startup_timeout_s: float = 600.0, restart_backoff_s: float = 1.0,
-                 heartbeat_timeout_s: float = 10.0, preload: str | None = None) -> None:
+                 heartbeat_timeout_s: float = 10.0, preload: str | None = None,
+                 cpus: CpuSplit | None = None) -> None:
         """builder: picklable (a module-level function or a functools.partial of one); it runs in the core
-        process and returns the LLMEngine to serve (None: see `connect`). tokenizer: the same checkpoint's."""
+        process and returns the LLMEngine to serve (None: see `connect`). tokenizer: the same checkpoint's.
+        cpus: the core's CPUs and this process's (`engine.affinity`); None: the scheduler places both."""
         self.builder = builder
+        self.cpus = cpus
         self.preload = preload   # a malloc library the core starts with (`engine.allocator`); None: glibc's
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self._external_address: str | None = None
@@ -123,6 +127,11 @@ class EngineCoreClient:
         return self.info.get("allocator")
 
     @property
+    def core_cpus(self) -> list[int] | None:
+        """The CPUs the core runs on, as it reported them (None until the core is up)."""
+        return self.info.get("cpus")
+
+    @property
     def max_model_len(self) -> int:
         return int(self.info.get("max_model_len", 0))
 
@@ -156,6 +165,7 @@ class EngineCoreClient:
         context = multiprocessing.get_context("spawn")   # no fork: the API process has threads and sockets
         parent_end, child_end = context.Pipe(duplex=False)
         self._proc = context.Process(target=run_engine_core, args=(self.builder, self._input_address, child_end),
+                                     kwargs={"cpus": self.cpus.core if self.cpus else None},
                                      name=f"engine-core-{self._incarnation}", daemon=True)
         assert self._launcher is not None, "a client of a core it did not start cannot launch one"
         process = self._proc
@@ -169,11 +179,14 @@ class EngineCoreClient:
         self._ready = parent_end
 
     def yield_cpu(self, steps: int) -> int:
-        """This (API) process's threads `steps` nice values below the core it started, and SCHED_BATCH
-        (`engine.priority`); a core restarted later still starts at the process's first priority. Nothing for a
-        core this client does not own. Returns how many threads changed."""
+        """This (API) process's threads off the core's CPUs where they are split (`engine.affinity`; a core,
+        first or restarted, takes its own CPUs as it starts), and `steps` nice values below the core it started,
+        as SCHED_BATCH (`engine.priority`); a core restarted later still starts at the process's first priority.
+        Nothing for a core this client does not own. Returns how many threads changed priority."""
         if self._launcher is None or self._external_address is not None:
             return 0
+        if self.cpus is not None:
+            pin_this_process(self.cpus.api)
         return lower_process_priority(steps, keep={self._launcher.native_id})
 
     async def start(self) -> None:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
+from engine.affinity import pin_this_process
 from engine.allocator import active_allocator
 from engine.memory import malloc_trim
 from engine.sampling_params import InvalidRequestError
@@ -46,9 +47,13 @@ PREPARING_THREADS = 2   # more would only take more of the step loop's GIL
 
 
 def run_engine_core(builder: Callable[[], LLMEngine], input_address: str, ready: Connection,
-                    stats_interval_s: float = 0.5, trim_interval_s: float = 30.0) -> None:
-    """Process entry point: build the engine, say ready (or why not) on `ready`, then serve until told to stop."""
+                    stats_interval_s: float = 0.5, trim_interval_s: float = 30.0,
+                    cpus: frozenset[int] | None = None) -> None:
+    """Process entry point: build the engine, say ready (or why not) on `ready`, then serve until told to stop.
+    `cpus`: the CPUs this process runs on (`engine.affinity`), taken before any thread or torch starts."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the API process decides when the core stops
+    if cpus:
+        pin_this_process(cpus)
     try:
         engine = builder()
         core = EngineCoreProc(engine, input_address, stats_interval_s=stats_interval_s,
@@ -111,7 +116,8 @@ class EngineCoreProc:
         self._parent = os.getppid() if watch_parent else None
         self.info = {"model_id": engine.model_id, "checkpoint_hash": engine.checkpoint_hash,
                      "max_model_len": engine.max_model_len, "dtype": engine.dtype, "pid": os.getpid(),
-                     "kv_cache": engine.kv_cache_settings, "allocator": active_allocator()}
+                     "kv_cache": engine.kv_cache_settings, "allocator": active_allocator(),
+                     "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}
 
     # ---- the step loop (main thread) -------------------------------------------------------------
 

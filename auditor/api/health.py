@@ -25,6 +25,9 @@ def health(request: Request) -> JSONResponse:
     allocator = getattr(services.engine, "allocator", None) if ready else None
     if allocator is not None:   # the engine core's malloc (an operator reading its memory needs to know which)
         body["engine_allocator"] = allocator
+    cpus = getattr(services.engine, "core_cpus", None) if ready else None
+    if cpus is not None:   # the CPUs the engine core runs on (`engine.affinity`): what its speed depends on
+        body["engine_cpus"] = cpus
     return JSONResponse(body, status_code=200 if ready else 503)
 
 

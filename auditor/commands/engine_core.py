@@ -21,7 +21,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     import zmq
 
-    from auditor.serving.engine_loading import EngineRecipe, check_engine_settings
+    from auditor.serving.engine_loading import (
+        EngineRecipe,
+        check_engine_settings,
+        engine_cpu_split,
+        with_core_threads,
+    )
+    from engine.affinity import pin_this_process
     from engine.core_proc import EngineCoreProc
 
     settings = load_settings()
@@ -36,7 +42,10 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    engine = EngineRecipe(settings)()
+    cpus = engine_cpu_split(settings)   # the API processes that share this core run on the others
+    if cpus is not None:
+        pin_this_process(cpus.core)
+    engine = EngineRecipe(with_core_threads(settings, cpus))()
     try:
         core = EngineCoreProc(engine, address)
     except zmq.ZMQError as exc:   # a bad or busy address

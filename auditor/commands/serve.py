@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from auditor.cli import CliError
 from auditor.commands.common import guarded, load_settings, open_database
 from auditor.settings import Settings
+from engine.affinity import format_cpus
 
 if TYPE_CHECKING:
     from auditor.settings import Settings
@@ -86,6 +87,9 @@ def _run(settings: Settings, host: str, port: int, engine_core: EngineCoreClient
     has_keys = guarded(keys_exist)
     database.dispose()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if engine_core is not None and engine_core.cpus is not None:
+        logger.info("engine core on CPUs %s, this process on CPUs %s (AUDITOR_ENGINE_CPUS=%s)",
+                    format_cpus(engine_core.cpus.core), format_cpus(engine_core.cpus.api), settings.engine_cpus)
     import uvicorn
 
     from auditor.serving.deferred_imports import defer

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from auditor.settings import Settings
+from engine.affinity import CpuSplit, split_cpus
 from engine.allocator import AllocatorUnavailable, preload_for
 from engine.checkpoint import load_tokenizer
 from engine.core_client import EngineCoreClient
@@ -72,6 +73,7 @@ def check_engine_settings(settings: Settings) -> None:
 
     config = engine_config(settings)
     config.validate()
+    engine_cpu_split(settings)   # a CPU list this process may not use
     if config.kv_cache_strategy == "tiered":
         cold_dir = settings.kv_cache_cold_dir
         try:
@@ -215,9 +217,24 @@ def start_engine_core(settings: Settings) -> EngineCoreClient | None:
         preload = preload_for(settings.engine_allocator)
     except AllocatorUnavailable as exc:
         raise EngineLoadError(str(exc)) from exc
-    client = EngineCoreClient(EngineRecipe(settings), tokenizer, preload=preload)
+    cpus = engine_cpu_split(settings)
+    client = EngineCoreClient(EngineRecipe(with_core_threads(settings, cpus)), tokenizer, preload=preload, cpus=cpus)
     client.launch()
     return client
+
+
+def engine_cpu_split(settings: Settings) -> CpuSplit | None:
+    """The core's CPUs and the API process's, of those this process may use (`engine.affinity`); None: no split.
+    ValueError for a CPU list that cannot be used."""
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    return split_cpus(settings.engine_cpus, allowed, engine_threads=settings.engine_threads)
+
+
+def with_core_threads(settings: Settings, cpus: CpuSplit | None) -> Settings:
+    """The settings the core builds its engine from: torch threads, when not set, one per CPU of its own."""
+    if cpus is None or settings.engine_threads is not None:
+        return settings
+    return settings.model_copy(update={"engine_threads": len(cpus.core)})
 
 
 def load_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], *, process: bool = False,

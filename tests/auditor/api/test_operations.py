@@ -79,6 +79,7 @@ def test_serve_yields_the_cpu_to_the_core_it_launched(monkeypatch: pytest.Monkey
 
     class LaunchedCore:   # what start_engine_core returns: launched, not yet ready
         yielded: list[int] = []
+        cpus = None           # AUDITOR_ENGINE_CPUS off
 
         def yield_cpu(self, steps: int) -> int:
             self.yielded.append(steps)

@@ -14,8 +14,8 @@ from tests.auditor.conftest import make_settings
 
 
 class _Launched:
-    def __init__(self, _builder, _tokenizer, *, preload=None) -> None:
-        self.preload = preload
+    def __init__(self, builder, _tokenizer, *, preload=None, cpus=None) -> None:
+        self.builder, self.preload, self.cpus = builder, preload, cpus
 
     def launch(self) -> None:
         pass

@@ -5,11 +5,11 @@ API threads (HTTP, MiniLM forwards, group commits) on the core's CPU or move the
 nice value (`engine.priority`) still gets its slices there. vLLM's CPU backend binds its threads to cores the same
 way, keeping some back for the API server.
 
-Measured on two cores (README, "An eleventh session"): right after a start, when the API process also loads what it
-deferred, a split served 1.19-1.20x the tokens of no split in 9 of 9 paired fresh-server rounds of 96 requests;
-in longer rounds (480) the difference was within the host's noise either way, and by `service_load --reference`
-none. So it stays an operator's choice, not the default: for a host given to one server, or a container whose
-cpuset a second replica does not share.
+Measured on two cores (README, "An eleventh session"): fresh servers served more tokens with a split in 13 of 14
+paired rounds of 96 requests (1.09-1.20x at the median of three runs; without it, a server now and then ran at half
+speed for a whole round); in longer rounds (480) the difference was within the host's noise either way, and by
+`service_load --reference` none. So it stays an operator's choice, not the default: for a host given to one
+server, or a container whose cpuset a second replica does not share.
 
 "auto" gives the core `AUDITOR_ENGINE_THREADS` CPUs (all but one when that is unset) and the API process the rest,
 of the CPUs this process may use, when there are at least two; "off" leaves placement to the scheduler; a CPU list

@@ -72,10 +72,11 @@ def _run(script: str, *args: str) -> dict:
 def test_the_core_first_and_restarted_runs_on_its_cpus_and_the_api_stays_off_them(tiny_llama) -> None:
     allowed = sorted(os.sched_getaffinity(0))
     seen = _run("""
-        import asyncio, functools, glob, json, os, signal, sys
+        import asyncio, functools, glob, json, os, sys
         from engine.affinity import CpuSplit
         from engine.core_client import EngineCoreClient
         from engine.llm_engine import LLMEngine, load_tokenizer
+        from tests.engine.core_restart import kill_and_await_restart
 
         path, core, api = sys.argv[1], frozenset({int(sys.argv[2])}), frozenset({int(sys.argv[3])})
         def threads(pid):
@@ -92,12 +93,7 @@ def test_the_core_first_and_restarted_runs_on_its_cpus_and_the_api_stays_off_the
             result = {"api": threads(os.getpid()), "first_core": threads(first), "reported": client.core_cpus}
             out = [o async for o in client.generate("hello", request_id="r1")]
             result["served"] = out[-1].finished
-            os.kill(first, signal.SIGKILL)
-            for _ in range(600):
-                await asyncio.sleep(0.05)
-                if client.pid not in (None, first) and client.info.get("pid") == client.pid:
-                    break
-            await client.start()
+            await kill_and_await_restart(client)
             result["restarted_core"] = threads(client.pid)
             result["api_after_restart"] = threads(os.getpid())
             await client.shutdown()

@@ -58,9 +58,10 @@ def test_threads_are_lowered_once_and_what_the_launch_thread_starts_is_not():
 
 def test_serve_lowers_the_api_and_a_restarted_core_starts_at_the_first_priority(tiny_llama):
     seen = _run("""
-        import asyncio, functools, json, os, signal, sys
+        import asyncio, functools, json, os, sys
         from engine.core_client import EngineCoreClient
         from engine.llm_engine import LLMEngine, load_tokenizer
+        from tests.engine.core_restart import kill_and_await_restart
 
         path = sys.argv[1]
         def state(who):
@@ -75,12 +76,7 @@ def test_serve_lowers_the_api_and_a_restarted_core_starts_at_the_first_priority(
             await client.start()
             first = client.pid
             result = {"base": base, "api": state(0), "first_core": state(first)}
-            os.kill(first, signal.SIGKILL)
-            for _ in range(600):
-                await asyncio.sleep(0.05)
-                if client.pid not in (None, first) and client.info.get("pid") == client.pid:
-                    break
-            await client.start()
+            await kill_and_await_restart(client)
             result["restarted_core"] = state(client.pid)
             result["external"] = EngineCoreClient.connect("ipc:///nowhere", load_tokenizer(path)).yield_cpu(5)
             await client.shutdown()

@@ -11,19 +11,12 @@ import pytest
 from auditor.serving import engine_loading
 from engine import allocator
 from tests.auditor.conftest import make_settings
-
-
-class _Launched:
-    def __init__(self, builder, _tokenizer, *, preload=None, cpus=None) -> None:
-        self.builder, self.preload, self.cpus = builder, preload, cpus
-
-    def launch(self) -> None:
-        pass
+from tests.auditor.serving.launched_core import LaunchedCore
 
 
 @pytest.fixture
 def launched(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(engine_loading, "EngineCoreClient", _Launched)
+    monkeypatch.setattr(engine_loading, "EngineCoreClient", LaunchedCore)
     return lambda **overrides: engine_loading.start_engine_core(make_settings("sqlite://", **overrides))
 
 

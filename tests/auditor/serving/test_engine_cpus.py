@@ -13,23 +13,16 @@ from pydantic import ValidationError
 from auditor.serving import engine_loading
 from engine.affinity import SUPPORTED
 from tests.auditor.conftest import make_settings
+from tests.auditor.serving.launched_core import LaunchedCore
 
 pytestmark = pytest.mark.skipif(not SUPPORTED, reason="per-thread CPU affinity is Linux's")
 
 
-class _Launched:
-    def __init__(self, builder, _tokenizer, *, preload=None, cpus=None) -> None:
-        self.builder, self.preload, self.cpus = builder, preload, cpus
-
-    def launch(self) -> None:
-        pass
-
-
 @pytest.fixture
 def launched(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(engine_loading, "EngineCoreClient", _Launched)
+    monkeypatch.setattr(engine_loading, "EngineCoreClient", LaunchedCore)
 
-    def launch(allowed: set[int], **overrides) -> _Launched:
+    def launch(allowed: set[int], **overrides) -> LaunchedCore:
         monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(allowed))
         return engine_loading.start_engine_core(make_settings("sqlite://", **overrides))
     return launch

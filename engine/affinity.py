@@ -2,8 +2,8 @@
 
 Why: on a small CPU host the core's step loop is the service's throughput, and the scheduler, left alone, may put
 API threads (HTTP, MiniLM forwards, group commits) on the core's CPU or move the step loop between CPUs; a lower
-nice value (`engine.priority`) still gets its slices there. vLLM's CPU backend binds its threads to cores the same
-way, keeping some back for the API server.
+nice value (`engine.priority`) still gets its slices there. vLLM binds for the same reason (its CPU backend's
+OpenMP threads to cores; vllm-ascend its worker's threads to CPU ranges of their own, "to reduce thread preemption").
 
 Measured on two cores (README, "An eleventh session"): fresh servers served more tokens with a split in 13 of 14
 paired rounds of 96 requests (1.09-1.20x at the median of three runs; without it, a server now and then ran at half

@@ -104,7 +104,8 @@ def _load_runtime(settings: Settings, packs: StorePacks, engine_core: Any = None
     # Only requests that name no domain need the detector: it loads after ready (`start_loading_deferred`'s
     # first step), and such a request that comes sooner waits for that load (auditor.serving.on_demand).
     detector = OnDemand(functools.partial(runtime.load_detector, kgs, threshold=settings.domain_detection_threshold,
-                                          embedding_cache=settings.domain_detection_embedding_cache))
+                                          embedding_cache=settings.domain_detection_embedding_cache,
+                                          embedding_dtype=settings.embedding_dtype))
     # The KGs, tries, walk records and rule packs live as long as the process: take them out of the
     # cyclic GC's view, or each full collection (set off by allocations mid-decode) rescans them all.
     gc.freeze()

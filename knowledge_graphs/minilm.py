@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -25,8 +26,28 @@ MAX_SEQ_LENGTH = 256   # sentence-transformers' max_seq_length for this model: l
 # compute: ~5 ms against ~0.4 ms a token on one Zen 4 core. Short sentences pay it mostly: 11-12 ms for one of
 # 12 tokens, ~7 ms each in fours (`python -m benchmarks.audit_cpu`).
 PADDING_BUDGET_TOKENS = 12
+# Padding's score before softmax: finite, so that 0 x it is 0 in every precision (fp32's most negative value, as
+# transformers uses, rounds to -inf in bf16, and a real token's 0 * -inf is NaN); exp of it is 0 in any of them.
+MASKED_SCORE = -1e4
 _ERF_P = 0.3275911     # Abramowitz & Stegun 7.1.26: |error| < 1.5e-7, below float32's resolution of GELU here
 _ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+NO_NATIVE_BF16 = ("MiniLM in bfloat16 needs a CPU that computes bf16 natively (AMX or AVX512-BF16), and this one "
+                  "does not; use float32 or auto")
+
+
+def check_dtype(dtype: str) -> None:
+    """Raise ValueError (one line) when this machine cannot run MiniLM in `dtype`, before anything loads it."""
+    if dtype not in DTYPES:
+        raise ValueError(f"MiniLM dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if dtype == "bfloat16":
+        try:
+            from knowledge_graphs.minilm_openvino import native_bf16  # noqa: PLC0415
+        except ImportError:
+            raise ValueError("MiniLM in bfloat16 runs on OpenVINO, which is not installed") from None
+        if not native_bf16():
+            raise ValueError(NO_NATIVE_BF16)
 
 
 class EmbeddingUnavailableError(RuntimeError):
@@ -39,20 +60,28 @@ def model_path() -> Path:
     return Path(get_model_path())
 
 
-BACKENDS = ("auto", "onnxruntime", "numpy")
+BACKENDS = ("auto", "openvino", "onnxruntime", "numpy")
+DTYPES = ("auto", "bfloat16", "float32")
 
 
 class MiniLMEncoder:
-    """Thread-safe for encoding (numpy and ONNX Runtime release the GIL while they compute; nothing here is mutated).
+    """Thread-safe for encoding (the runtimes release the GIL while they compute; nothing here is mutated).
 
-    backend: "onnxruntime" runs the forward as an ONNX graph (`knowledge_graphs.minilm_onnx`, the same vectors,
-    ~2x faster here), "numpy" in numpy, "auto" the first where ONNX Runtime imports."""
+    backend: "openvino" runs the forward as an ONNX graph in OpenVINO (`knowledge_graphs.minilm_openvino`),
+    "onnxruntime" the same graph in ONNX Runtime (`knowledge_graphs.minilm_onnx`, fp32, ~2x numpy), "numpy" in
+    numpy (fp32). dtype: "bfloat16" (OpenVINO on a CPU with native bf16 only), "float32", or "auto": bf16 where
+    the CPU computes it natively and OpenVINO imports, else fp32. backend "auto" takes the first that can run
+    the dtype: OpenVINO for bf16, then ONNX Runtime, then numpy. `backend` and `dtype` say what was chosen."""
 
-    def __init__(self, path: Path, *, backend: str = "auto") -> None:
+    def __init__(self, path: Path, *, backend: str = "auto", dtype: str = "auto") -> None:
         from safetensors.numpy import load_file
 
         if backend not in BACKENDS:
             raise ValueError(f"MiniLM backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        if dtype not in DTYPES:
+            raise ValueError(f"MiniLM dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        if dtype == "bfloat16" and backend in ("onnxruntime", "numpy"):
+            raise ValueError(f"MiniLM runs bfloat16 on the openvino backend only, not {backend}")
 
         config = json.loads((path / "config.json").read_text())
         self.heads = int(config["num_attention_heads"])
@@ -84,21 +113,36 @@ class MiniLMEncoder:
                 np.ascontiguousarray(get(prefix + "output.dense.weight").T), get(prefix + "output.dense.bias"),
                 (get(prefix + "output.LayerNorm.weight"), get(prefix + "output.LayerNorm.bias")),
             ))
-        self.backend = "numpy"
-        self._onnx = None
-        if backend != "numpy":
+        self.backend, self.dtype, self._graph = self._start_graph(backend, dtype)
+        if self._graph is not None:
+            # the runtime holds its own copy of the weights: numpy's would only double the process's share
+            self.layers.clear()
+            self.word = self.position = self.token_type = np.zeros(0, dtype=np.float32)
+
+    def _start_graph(self, backend: str, dtype: str) -> tuple[str, str, Callable[[np.ndarray, np.ndarray], np.ndarray] | None]:
+        """(backend, dtype, forward) as chosen from the requested ones (see the class); forward None is numpy's."""
+        if backend == "openvino" or (backend == "auto" and dtype != "float32"):
+            try:
+                from knowledge_graphs.minilm_openvino import OpenVinoForward, native_bf16  # noqa: PLC0415
+            except ImportError:
+                if backend == "openvino" or dtype == "bfloat16":
+                    raise
+            else:
+                bf16 = native_bf16()
+                if dtype == "bfloat16" and not bf16:
+                    raise ValueError(NO_NATIVE_BF16)
+                if backend == "openvino" or bf16:
+                    chosen = "bfloat16" if bf16 and dtype != "float32" else "float32"
+                    return "openvino", chosen, OpenVinoForward(self, dtype=chosen)
+        if backend in ("auto", "onnxruntime"):
             try:
                 from knowledge_graphs.minilm_onnx import OnnxForward  # noqa: PLC0415
-
-                self._onnx = OnnxForward(self)
             except ImportError:
                 if backend == "onnxruntime":
                     raise
             else:
-                self.backend = "onnxruntime"
-                # the session holds its own copy of the weights: numpy's would only double the process's share
-                self.layers.clear()
-                self.word = self.position = self.token_type = np.zeros(0, dtype=np.float32)
+                return "onnxruntime", "float32", OnnxForward(self)
+        return "numpy", "float32", None
 
     def token_counts(self, texts: list[str]) -> list[int]:
         """Tokens per text with [CLS] and [SEP], before truncation (what a caller checks a limit against)."""
@@ -127,8 +171,8 @@ class MiniLMEncoder:
         for row, ids in enumerate(batch):
             token_ids[row, : len(ids)] = ids
             mask[row, : len(ids)] = 1.0
-        if self._onnx is not None:
-            return self._onnx(token_ids, mask)
+        if self._graph is not None:
+            return self._graph(token_ids, mask)
         return self._forward_numpy(token_ids, mask)
 
     def _forward_numpy(self, token_ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -137,8 +181,8 @@ class MiniLMEncoder:
         # activations as one [tokens, dimension] matrix: each dense layer is then a single BLAS product
         x = (self.word[token_ids] + self.position[:length] + self.token_type).reshape(-1, self.dimension)
         x = self._norm(x, self.embedding_norm)
-        # padding is never attended to (as transformers does, with the dtype's most negative value)
-        attention_bias = ((1.0 - mask) * np.finfo(np.float32).min)[:, None, None, :]
+        # padding is never attended to (its scores at MASKED_SCORE, whose exp is 0)
+        attention_bias = ((1.0 - mask) * np.float32(MASKED_SCORE))[:, None, None, :]
         scale = np.float32(1.0 / math.sqrt(head_dim))   # on q, before the product (as a factor it is exact)
 
         def heads(part: np.ndarray) -> np.ndarray:   # contiguous: numpy's stacked matmul reaches BLAS only so
@@ -220,9 +264,10 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, x - h, h)
 
 
-@lru_cache(maxsize=1)
-def load_encoder() -> MiniLMEncoder:
-    """The bundled MiniLM, loaded once per process, offline (its files ship in the package).
+@lru_cache(maxsize=len(DTYPES))
+def load_encoder(dtype: str = "auto") -> MiniLMEncoder:
+    """The bundled MiniLM in `dtype` (see `MiniLMEncoder`), loaded once per process, offline (its files ship in
+    the package). A dtype this machine cannot run is an EmbeddingUnavailableError saying why.
 
     It sets this process's BLAS to one thread: the encoder runs in the API process, beside an engine core that
     owns the other cores, and OpenBLAS's spinning worker threads on a busy machine made a batch ~9x slower
@@ -231,6 +276,6 @@ def load_encoder() -> MiniLMEncoder:
 
     threadpool_limits(limits=1, user_api="blas")
     try:
-        return MiniLMEncoder(model_path())
+        return MiniLMEncoder(model_path(), dtype=dtype)
     except Exception as exc:  # noqa: BLE001 - any load failure means the same thing to callers
         raise EmbeddingUnavailableError(f"cannot load bundled MiniLM model: {exc}") from exc

@@ -8,7 +8,7 @@ The graph is written from the weights `MiniLMEncoder` has already read, so there
 keep in step with the model, and the API process still imports neither torch nor transformers.
 
 The graph mirrors `MiniLMEncoder._forward_numpy`: embeddings and their layer norm, six BERT layers (fused QKV
-projection, scaled dot-product attention with padding masked by the dtype's most negative value, exact GELU),
+projection, scaled dot-product attention with padding masked by a large negative score, exact GELU),
 mean pooling over the real tokens, unit length. Inputs: `ids` int64 [B, L], `positions` int64 [L] (0..L-1),
 `mask` float32 [B, L]; output `vectors` float32 [B, dimension].
 """
@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from knowledge_graphs.minilm import MASKED_SCORE
 
 if TYPE_CHECKING:
     from knowledge_graphs.minilm import MiniLMEncoder
@@ -62,7 +64,7 @@ def build_model(encoder: MiniLMEncoder) -> bytes:
     one, half = g.constant("one", np.array(1.0, f32)), g.constant("half", np.array(0.5, f32))
     inv_sqrt2 = g.constant("inv_sqrt2", np.array(1 / math.sqrt(2), f32))
     scale = g.constant("scale", np.array(1 / math.sqrt(head_dim), f32))
-    lowest = g.constant("lowest", np.array(np.finfo(f32).min, f32))
+    masked = g.constant("masked_score", np.array(MASKED_SCORE, f32))
     axis_tokens, axis_last = g.constant("axis_tokens", np.array([1], np.int64)), g.constant("axis_last", np.array([-1], np.int64))
     axes_heads_query = g.constant("axes_heads_query", np.array([1, 2], np.int64))
 
@@ -80,8 +82,8 @@ def build_model(encoder: MiniLMEncoder) -> bytes:
                             g.op("Gather", [g.constant("position", encoder.position), "positions"])])
     x = layer_norm(g.op("Add", [embedded, g.constant("token_type", encoder.token_type)]), encoder.embedding_norm,
                    "embeddings.norm")
-    # padding is never attended to: the dtype's most negative value on its scores, as transformers does
-    attention_bias = g.op("Unsqueeze", [g.op("Mul", [g.op("Sub", [one, "mask"]), lowest]), axes_heads_query])
+    # padding is never attended to: its scores at MASKED_SCORE (finite in every precision), whose exp is 0
+    attention_bias = g.op("Unsqueeze", [g.op("Mul", [g.op("Sub", [one, "mask"]), masked]), axes_heads_query])
     for index, (qkv, qkv_bias, out_w, out_b, attention_norm, up_w, up_b, down_w, down_b, output_norm) in enumerate(
             encoder.layers):
         name = f"layer{index}"

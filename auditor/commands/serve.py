@@ -50,6 +50,7 @@ def _serve_with_gc_off(args: argparse.Namespace) -> int:
         configure_malloc_for,
         start_engine_core,
     )
+    from knowledge_graphs.minilm import check_dtype as check_minilm_dtype
 
     settings = load_settings()
     configure_malloc_for(settings)   # before uvicorn and the worker threads start allocating
@@ -60,6 +61,10 @@ def _serve_with_gc_off(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise CliError(str(exc)) from exc
     _check_model_registry(settings)
+    try:
+        check_minilm_dtype(settings.embedding_dtype)   # the detector loads after ready: refuse a bad dtype now
+    except ValueError as exc:
+        raise CliError(f"AUDITOR_EMBEDDING_DTYPE: {exc}") from exc
     # The engine core first: its process loads the model and the KG constraint while this one imports the
     # service and loads the KGs and validators (on two cores, the start takes the longer of the two, not the sum).
     try:

@@ -91,7 +91,8 @@ def shared_detector() -> DomainDetector:
             try:
                 _detector = DomainDetector({d: load_kg(d) for d in settings.domains},
                                            threshold=settings.domain_detection_threshold,
-                                           embedding_cache=settings.domain_detection_embedding_cache)
+                                           embedding_cache=settings.domain_detection_embedding_cache,
+                                           embedding_dtype=settings.embedding_dtype)
             except Exception as exc:   # noqa: BLE001 - any load failure means the same to the caller
                 raise DetectorUnavailable(f"cannot load the domain detector: {exc}") from exc
         return _detector

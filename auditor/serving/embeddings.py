@@ -41,7 +41,7 @@ class EmbeddingService:
     def __init__(self, *, database: Database, settings: Settings, metrics: ServiceMetrics,
                  load_model: Callable[[], Any] | None = None) -> None:
         self.database, self.settings, self.metrics = database, settings, metrics
-        self._load = load_model or _load_minilm
+        self._load = load_model or functools.partial(_load_minilm, settings.embedding_dtype)
 
     @functools.cached_property
     def model(self) -> Any:
@@ -83,7 +83,7 @@ class EmbeddingService:
         mode = self.settings.content_mode_for(context.domain)
         stored = texts if mode == "raw" else [redact_pii(text)[0] for text in texts]
         details: dict[str, Any] = {"embedding": {
-            "inputs": len(texts), "dimensions": int(vectors.shape[1]),
+            "inputs": len(texts), "dimensions": int(vectors.shape[1]), "dtype": getattr(self.model, "dtype", "float32"),
             "vectors_sha256": hashlib.sha256(vectors.astype("<f4").tobytes()).hexdigest()}}
         if user is not None:
             details["user"] = {"sha256": hashlib.sha256(user.encode()).hexdigest(),
@@ -99,10 +99,10 @@ class EmbeddingService:
         )
 
 
-def _load_minilm() -> Any:
+def _load_minilm(dtype: str) -> Any:
     from knowledge_graphs.minilm import load_encoder  # loaded already when the domain detector is
 
-    return load_encoder()
+    return load_encoder(dtype)
 
 
 @functools.cache

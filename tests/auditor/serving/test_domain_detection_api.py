@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from auditor.serving.runtime import RulesVerifier, load_detector
 from auditor.tenants.service import set_detection_mode
+from knowledge_graphs.minilm import load_encoder
 from knowledge_graphs import load_kg
 from tests.auditor.conftest import FakeEngine
 
@@ -84,6 +85,8 @@ def test_wrong_dose_without_x_domain_is_contradicted_and_blocked(serve) -> None:
     assert resolution["source"] == "detected" and resolution["mode"] == "detect"
     assert resolution["verified_under"] == ["medical"]
     assert resolution["detection"]["scores"]["medical"] >= resolution["detection"]["threshold"]
+    # which precision the sentence vectors had (bf16 only where the CPU computes it natively)
+    assert resolution["detection"]["embedding_dtype"] == load_encoder().dtype
     dose = next(c for c in record["claims"] if c["verdict"] == "contradicted")
     assert dose["domain"] == "medical" and "5000" in dose["text"]
     assert any(d["action"] == "block" and d["stage"] == "output" for d in record["gate_decisions"])

@@ -1,0 +1,68 @@
+"""The bundled MiniLM's forward pass run by OpenVINO, in bfloat16 on CPUs that compute it natively.
+
+Why: the API process embeds every request's prompt and answer sentences for domain detection, and those
+forwards were a third of its CPU under load. On a CPU with bf16 matrix units (AMX, AVX512-BF16) OpenVINO runs
+the matrix products in bf16 with fp32 accumulation: 2-4x faster than ONNX Runtime's fp32 on the same graph at
+one thread (`python -m benchmarks.audit_cpu`), with vectors within a cosine of 1e-4 of fp32's and the same
+domain decisions on the evaluation sets (`tests/knowledge_graphs/test_minilm_precision.py`). ONNX Runtime has
+no bf16 matrix kernels on x86, and torch would bring its whole stack into the API process.
+
+The graph is the one `knowledge_graphs.minilm_onnx` writes from the weights already read, so there is no
+exported file to ship and the vectors follow the same definition. A CPU without native bf16 keeps ONNX
+Runtime's fp32 (`knowledge_graphs.minilm.MiniLMEncoder` chooses).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from knowledge_graphs.minilm_onnx import build_model
+
+if TYPE_CHECKING:
+    from knowledge_graphs.minilm import MiniLMEncoder
+
+PRECISIONS = {"bfloat16": "bf16", "float32": "f32"}
+
+
+def native_bf16() -> bool:
+    """Whether OpenVINO computes bf16 natively on this CPU (it lists BF16 among the CPU's capabilities)."""
+    import openvino  # noqa: PLC0415 - only where this backend is considered
+
+    return "BF16" in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+
+
+class OpenVinoForward:
+    """`(token_ids [B, L] int64, mask [B, L] float32) -> vectors [B, dimension]` on one OpenVINO thread, in
+    `dtype` ("bfloat16" or "float32"). Thread-safe: each calling thread has its own infer request, and the
+    runtime releases the GIL while it computes."""
+
+    def __init__(self, encoder: MiniLMEncoder, *, dtype: str) -> None:
+        import openvino  # noqa: PLC0415
+
+        core = openvino.Core()
+        config = {
+            # one thread, never pinned: the engine core owns the other cores, and a pinned API thread would stay
+            # on one CPU whatever the scheduler (or AUDITOR_ENGINE_CPUS) wants
+            "INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "ENABLE_CPU_PINNING": False,
+            "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": PRECISIONS[dtype],
+        }
+        with tempfile.TemporaryDirectory(prefix="minilm-openvino-") as folder:
+            path = Path(folder) / "minilm.onnx"
+            path.write_bytes(build_model(encoder))
+            self._compiled = core.compile_model(core.read_model(str(path)), "CPU", config)
+        self.dtype = dtype
+        self._positions = np.arange(encoder.position.shape[0], dtype=np.int64)
+        self._local = threading.local()
+
+    def __call__(self, token_ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        request = getattr(self._local, "request", None)
+        if request is None:
+            request = self._local.request = self._compiled.create_infer_request()
+        feeds = {"ids": token_ids, "positions": self._positions[: token_ids.shape[1]], "mask": mask}
+        request.infer(feeds)
+        return request.get_tensor("vectors").data.copy()   # the request reuses its output buffer

@@ -27,11 +27,20 @@ if TYPE_CHECKING:
     from knowledge_graphs.minilm import MiniLMEncoder
 
 PRECISIONS = {"bfloat16": "bf16", "float32": "f32"}
+# Inputs are padded to a multiple of this many tokens (padding is masked, so the vectors stay the same). OpenVINO
+# prepares kernels per input shape (its oneDNN JIT-compiles each matrix product's), so a shape first seen is slow
+# and each kept one costs memory: over 3,000 forwards of the evaluation sets' sentences in groups of 1-8, padded
+# to 16 the process grew 5 MB where unpadded it grew 80 (a fill that took ~2,500 forwards, minutes of a soak),
+# in the same CPU within this host's noise (30-53 s against 39-53; ONNX Runtime fp32: 84-88).
+LENGTH_BUCKET = 16
 # Input shapes whose prepared kernels OpenVINO keeps (least recently used dropped). Its default, 5,000, is memory
-# without a bound in practice: RSS grew 950 MB over 960 batch x length shapes (up to 16 x 124 tokens). Kept to
-# 64, it levels off (+270 MB over the same shapes, then flat; ONNX Runtime +100), and a forward over a shape not
-# kept still costs less than ONNX Runtime's fp32 (the first pass of `benchmarks.audit_cpu`).
+# without a bound in practice: RSS grew 950 MB over 960 unpadded batch x length shapes (up to 16 x 124 tokens).
 SHAPE_CACHE = 64
+
+
+def bucketed_length(length: int) -> int:
+    """`length` rounded up to a multiple of LENGTH_BUCKET (inputs are at most MAX_SEQ_LENGTH, itself a multiple)."""
+    return -(-length // LENGTH_BUCKET) * LENGTH_BUCKET
 
 
 def native_bf16() -> bool:
@@ -69,6 +78,10 @@ class OpenVinoForward:
         request = getattr(self._local, "request", None)
         if request is None:
             request = self._local.request = self._compiled.create_infer_request()
+        padding = bucketed_length(token_ids.shape[1]) - token_ids.shape[1]
+        if padding:   # [PAD] ids (0) under a zero mask: attended by nothing, pooled into nothing
+            token_ids = np.pad(token_ids, ((0, 0), (0, padding)))
+            mask = np.pad(mask, ((0, 0), (0, padding)))
         feeds = {"ids": token_ids, "positions": self._positions[: token_ids.shape[1]], "mask": mask}
         request.infer(feeds)
         return request.get_tensor("vectors").data.copy()   # the request reuses its output buffer

@@ -122,3 +122,15 @@ def test_it_loads_without_torch() -> None:
             "encoder.encode(['a b']); print('torch' in sys.modules, 'transformers' in sys.modules, encoder.backend)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.split() == ["False", "False", "openvino" if NATIVE_BF16 else "onnxruntime"]
+
+
+def test_openvino_pads_inputs_to_a_few_shapes_without_changing_the_vectors() -> None:
+    # each input shape costs OpenVINO compiled kernels (memory, and time when first seen): lengths share buckets
+    from knowledge_graphs.minilm_openvino import LENGTH_BUCKET, bucketed_length
+
+    assert [bucketed_length(n) for n in (1, LENGTH_BUCKET, LENGTH_BUCKET + 1, MAX_SEQ_LENGTH)] == [
+        LENGTH_BUCKET, LENGTH_BUCKET, 2 * LENGTH_BUCKET, MAX_SEQ_LENGTH]
+    unpadded = MiniLMEncoder(model_path(), backend="onnxruntime")
+    padded = MiniLMEncoder(model_path(), backend="openvino", dtype="float32")
+    texts = ["ok", "A sentence of some seventeen or eighteen word pieces, give or take a few here.", TEXTS[0]]
+    assert np.abs(padded.encode(texts) - unpadded.encode(texts)).max() < 1e-5

@@ -144,6 +144,13 @@ class MiniLMEncoder:
                 return "onnxruntime", "float32", OnnxForward(self)
         return "numpy", "float32", None
 
+    def warm_up(self) -> None:
+        """Prepare what the first forwards would otherwise prepare inside requests (OpenVINO's per-shape kernels;
+        nothing for the other backends)."""
+        warm_up = getattr(self._graph, "warm_up", None)
+        if warm_up is not None:
+            warm_up()
+
     def token_counts(self, texts: list[str]) -> list[int]:
         """Tokens per text with [CLS] and [SEP], before truncation (what a caller checks a limit against)."""
         with self._tokenize_lock:

@@ -24,6 +24,7 @@ from auditor.serving.knowledge import KgConstraint
 from knowledge_graphs import KnowledgeGraph, keep_snapshots, load_kg
 from knowledge_graphs.detection import DomainDetector
 from knowledge_graphs.linking import get_linker
+from knowledge_graphs.minilm import load_encoder
 from knowledge_graphs.neighbourhood import DOMAIN_DEFAULTS, allowed_entities
 from rules import EmptyTextError, Report, RulePack, load_pack
 from rules import verify as rules_verify
@@ -46,6 +47,7 @@ def load_detector(kgs: Mapping[str, KnowledgeGraph], *, threshold: float, embedd
     detector = DomainDetector(kgs, threshold=threshold, embedding_cache=embedding_cache,
                               embedding_dtype=embedding_dtype)
     detector.detect("Warm-up question?", "Warm-up answer.")
+    load_encoder(embedding_dtype).warm_up()   # the shapes most forwards have, before any request needs them
     detector.evidence.warm_up()   # the warm-up texts name no entity, so they never reach wordfreq
     return detector
 

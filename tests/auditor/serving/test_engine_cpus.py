@@ -14,6 +14,7 @@ from auditor.serving import engine_loading
 from engine.affinity import SUPPORTED
 from tests.auditor.conftest import make_settings
 from tests.auditor.serving.launched_core import LaunchedCore
+from tests.auditor.serving.serve_refusal import refused_serve
 
 pytestmark = pytest.mark.skipif(not SUPPORTED, reason="per-thread CPU affinity is Linux's")
 
@@ -61,15 +62,4 @@ def test_an_unreadable_setting_is_refused_where_settings_are_read() -> None:
 @pytest.mark.parametrize(("value", "message"), [("9999", "are not among the CPUs"), ("two", "not a CPU number")])
 def test_a_cpu_setting_that_cannot_be_used_stops_serve_in_one_line(monkeypatch, tmp_path: Path, capsys,
                                                                   value: str, message: str) -> None:
-    from auditor.cli import main
-    from auditor.settings import get_settings
-
-    monkeypatch.setenv("AUDITOR_DATABASE_URL", f"sqlite:///{tmp_path / 'serve.db'}")
-    monkeypatch.setenv("AUDITOR_ENGINE_CPUS", value)
-    get_settings.cache_clear()
-    try:
-        code = main(["serve", "--port", "8125"])
-    finally:
-        get_settings.cache_clear()
-    err = capsys.readouterr().err
-    assert code != 0 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert message in refused_serve(monkeypatch, tmp_path, capsys, engine_cpus=value)

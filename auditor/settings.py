@@ -161,7 +161,7 @@ class Settings(BaseSettings):
     # scoring of a record re-detects its domain without embedding again what the request embedded. 0: none.
     domain_detection_embedding_cache: int = Field(default=1024, ge=0, le=1_000_000)
     # MiniLM's precision (domain detection and /v1/embeddings). auto: bf16 on OpenVINO where the CPU computes
-    # bf16 natively (AMX, AVX512-BF16; 1.3-2.6x less CPU a sentence), else fp32 on ONNX Runtime. Vectors differ from
+    # bf16 natively (AMX, AVX512-BF16; 1.3-1.9x less CPU a sentence), else fp32 on ONNX Runtime. Vectors differ from
     # fp32's by a cosine under 1e-4; texts scored within ~0.005 of the detection threshold may be decided
     # differently (docs/domain-detection.md). Records say which ran ("embedding_dtype").
     embedding_dtype: Literal["auto", "float32", "bfloat16"] = "auto"

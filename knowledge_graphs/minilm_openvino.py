@@ -2,7 +2,7 @@
 
 Why: the API process embeds every request's prompt and answer sentences for domain detection, and those
 forwards were a third of its CPU under load. On a CPU with bf16 matrix units (AMX, AVX512-BF16) OpenVINO runs
-the matrix products in bf16 with fp32 accumulation: 1.3-2.6x less CPU a sentence than ONNX Runtime's fp32 on the
+the matrix products in bf16 with fp32 accumulation: 1.3-1.9x less CPU a sentence than ONNX Runtime's fp32 on the
 same graph at one thread, alone to in eights (`python -m benchmarks.audit_cpu --only embeddings`), with vectors
 within a cosine of 1e-4 of fp32's and the same domain decisions on the evaluation sets but for texts scored at
 the threshold (`tests/knowledge_graphs/test_detection_precision.py`). ONNX Runtime has

@@ -23,18 +23,24 @@ T = TypeVar("T")
 def load_settings() -> Settings:
     try:
         settings = get_settings()
-    except (ValidationError, ValueError) as exc:
-        first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
-        raise CliError(f"invalid settings: {first}") from exc
+    except ValidationError as exc:
+        raise CliError(_invalid_setting(exc, "AUDITOR_")) from exc
+    except ValueError as exc:
+        raise CliError(f"invalid settings: {exc}") from exc
     # AUDITOR_WORKER_* are read where they are used (the app's start, the worker); checked here too, so a bad
     # one is this one line, not a traceback when the app starts
     try:
         WorkerSettings()
     except ValidationError as exc:
-        error = exc.errors()[0]
-        name = "AUDITOR_WORKER_" + "_".join(str(part) for part in error["loc"]).upper()
-        raise CliError(f"invalid settings: {name}: {error['msg']}") from exc
+        raise CliError(_invalid_setting(exc, "AUDITOR_WORKER_")) from exc
     return settings
+
+
+def _invalid_setting(exc: ValidationError, prefix: str) -> str:
+    """The first error, naming the variable it came from (a check across settings has none to name)."""
+    error = exc.errors()[0]
+    name = prefix + "_".join(str(part) for part in error["loc"]).upper() if error["loc"] else None
+    return f"invalid settings: {name}: {error['msg']}" if name else f"invalid settings: {error['msg']}"
 
 
 def open_database(settings: Settings, *, migrate: bool = True) -> Database:

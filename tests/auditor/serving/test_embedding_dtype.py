@@ -20,6 +20,11 @@ def test_bf16_on_a_cpu_without_it_stops_serve_in_one_line(monkeypatch, tmp_path:
     assert "AUDITOR_EMBEDDING_DTYPE" in err and "natively" in err
 
 
+def test_an_unknown_dtype_stops_serve_in_one_line_naming_the_variable(monkeypatch, tmp_path: Path, capsys) -> None:
+    err = refused_serve(monkeypatch, tmp_path, capsys, embedding_dtype="float16")
+    assert "AUDITOR_EMBEDDING_DTYPE: Input should be 'auto', 'float32' or 'bfloat16'" in err
+
+
 def test_an_unknown_dtype_is_refused_where_settings_are_read() -> None:
     with pytest.raises(ValidationError, match="embedding_dtype"):
         make_settings("sqlite://", embedding_dtype="float16")

@@ -97,9 +97,10 @@ def _serve(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, model: Path, **env: 
 
 
 @pytest.mark.parametrize(("env", "message"), [
-    (dict(kv_cache_dtype="fp8"), "invalid settings: Input should be 'auto', 'int8' or 'int4'"),
-    (dict(kv_cache_strategy="cold"), "invalid settings: Input should be 'static' or 'tiered'"),
-    (dict(kv_cache_dtype="int4", kv_cache_cold_bytes="0"), "invalid settings: Input should be greater than or equal to 1"),
+    (dict(kv_cache_dtype="fp8"), "invalid settings: AUDITOR_KV_CACHE_DTYPE: Input should be 'auto', 'int8' or 'int4'"),
+    (dict(kv_cache_strategy="cold"), "invalid settings: AUDITOR_KV_CACHE_STRATEGY: Input should be 'static' or 'tiered'"),
+    (dict(kv_cache_dtype="int4", kv_cache_cold_bytes="0"),
+     "invalid settings: AUDITOR_KV_CACHE_COLD_BYTES: Input should be greater than or equal to 1"),
 ])
 def test_serve_refuses_unknown_kv_settings_in_one_line(monkeypatch, tmp_path, capsys, tiny_checkpoint, env, message):
     assert _serve(monkeypatch, tmp_path, tiny_checkpoint, **env) == 2

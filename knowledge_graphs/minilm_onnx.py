@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from knowledge_graphs.inference_runtimes import import_onnxruntime
 from knowledge_graphs.minilm import MASKED_SCORE
 
 if TYPE_CHECKING:
@@ -119,8 +120,7 @@ class OnnxForward:
     Thread-safe (`InferenceSession.run` is), and the runtime releases the GIL while it computes."""
 
     def __init__(self, encoder: MiniLMEncoder) -> None:
-        import onnxruntime  # noqa: PLC0415
-
+        onnxruntime = import_onnxruntime()
         options = onnxruntime.SessionOptions()
         # one thread, never spinning: the engine core owns the other cores (as for numpy's BLAS, `load_encoder`)
         options.intra_op_num_threads = 1

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from knowledge_graphs.inference_runtimes import import_openvino
 from knowledge_graphs.minilm_onnx import build_model
 
 if TYPE_CHECKING:
@@ -49,9 +50,7 @@ def bucketed_length(length: int) -> int:
 
 def native_bf16() -> bool:
     """Whether OpenVINO computes bf16 natively on this CPU (it lists BF16 among the CPU's capabilities)."""
-    import openvino  # noqa: PLC0415 - only where this backend is considered
-
-    return "BF16" in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    return "BF16" in import_openvino().Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
 
 
 class OpenVinoForward:
@@ -60,8 +59,7 @@ class OpenVinoForward:
     runtime releases the GIL while it computes."""
 
     def __init__(self, encoder: MiniLMEncoder, *, dtype: str) -> None:
-        import openvino  # noqa: PLC0415
-
+        openvino = import_openvino()
         core = openvino.Core()
         config = {
             # one thread, never pinned: the engine core owns the other cores, and a pinned API thread would stay

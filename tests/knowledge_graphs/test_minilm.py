@@ -106,6 +106,31 @@ def test_a_cpu_without_native_bf16_keeps_fp32_and_refuses_bf16_in_one_line(monke
     assert MiniLMEncoder(model_path(), backend="openvino").dtype == "float32"
 
 
+def test_openvino_is_asked_about_bf16_only_where_the_cpu_lists_a_bf16_feature(monkeypatch, tmp_path) -> None:
+    asked = []
+
+    class Core:
+        def get_property(self, device, name):
+            asked.append((device, name))
+            return ["FP32", "BF16"]
+
+    monkeypatch.setattr(minilm_openvino, "import_openvino", lambda: type("openvino", (), {"Core": Core}))
+    read_flags = minilm_openvino.cpu_flags
+    for flags, expected, asks in [("fpu sse2 avx avx2 fma avx512f", False, 0),      # AVX2 / AVX-512 without bf16
+                                  ("fpu avx2 avx512f avx512_bf16", True, 1),        # Zen 4, Cooper Lake
+                                  ("fpu avx2 avx512_bf16 amx_bf16 amx_tile", True, 1),   # Sapphire Rapids
+                                  ("fpu avx2 avx_vnni avx_ne_convert", True, 1),    # AVX2 with AVX-NE-CONVERT
+                                  (None, True, 1)]:                                  # nothing to read: OpenVINO decides
+        cpuinfo = tmp_path / "cpuinfo"
+        cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n" if flags else "Features\t: fp asimd\n")
+        monkeypatch.setattr(minilm_openvino, "cpu_flags", lambda c=cpuinfo: read_flags(c))
+        minilm_openvino.native_bf16.cache_clear()
+        asked.clear()
+        assert minilm_openvino.native_bf16() is expected, flags
+        assert len(asked) == asks, flags
+    minilm_openvino.native_bf16.cache_clear()
+
+
 @pytest.mark.parametrize(("backend", "dtype", "message"), [
     ("tensorflow", "auto", "backend"), ("auto", "float16", "dtype"), ("onnxruntime", "bfloat16", "openvino backend"),
     ("numpy", "bfloat16", "openvino backend")])

@@ -106,7 +106,7 @@ def test_a_cpu_without_native_bf16_keeps_fp32_and_refuses_bf16_in_one_line(monke
     assert MiniLMEncoder(model_path(), backend="openvino").dtype == "float32"
 
 
-def test_openvino_is_asked_about_bf16_only_where_the_cpu_lists_a_bf16_feature(monkeypatch, tmp_path) -> None:
+def test_openvino_is_asked_about_bf16_only_where_the_cpu_lists_a_bf16_feature(monkeypatch, tmp_path, request) -> None:
     asked = []
 
     class Core:
@@ -116,6 +116,7 @@ def test_openvino_is_asked_about_bf16_only_where_the_cpu_lists_a_bf16_feature(mo
 
     monkeypatch.setattr(minilm_openvino, "import_openvino", lambda: type("openvino", (), {"Core": Core}))
     read_flags = minilm_openvino.cpu_flags
+    request.addfinalizer(minilm_openvino.native_bf16.cache_clear)   # no patched answer outlives the test
     for flags, expected, asks in [("fpu sse2 avx avx2 fma avx512f", False, 0),      # AVX2 / AVX-512 without bf16
                                   ("fpu avx2 avx512f avx512_bf16", True, 1),        # Zen 4, Cooper Lake
                                   ("fpu avx2 avx512_bf16 amx_bf16 amx_tile", True, 1),   # Sapphire Rapids
@@ -128,7 +129,6 @@ def test_openvino_is_asked_about_bf16_only_where_the_cpu_lists_a_bf16_feature(mo
         asked.clear()
         assert minilm_openvino.native_bf16() is expected, flags
         assert len(asked) == asks, flags
-    minilm_openvino.native_bf16.cache_clear()
 
 
 @pytest.mark.parametrize(("backend", "dtype", "message"), [

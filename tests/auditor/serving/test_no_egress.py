@@ -37,7 +37,7 @@ pytestmark = pytest.mark.skipif(not _strace_works(), reason="strace is not insta
 
 LOOPBACK = re.compile(r'inet_addr\("127\.|inet_pton\(AF_INET6, "::1"')
 DNS = "htons(53)"   # a name lookup, even through a resolver on loopback (systemd-resolved's 127.0.0.53), is a call out
-OWN_CACHE = ".cache/auditor-engine"   # the engine's compiled decode kernel (engine/kernels/native_build.py)
+OWN_CACHE = Path(".cache/auditor-engine")   # the engine's compiled decode kernel (engine/kernels/native_build.py)
 
 
 def _stop(tracer: subprocess.Popen[bytes]) -> None:
@@ -83,5 +83,5 @@ def test_serving_every_kind_of_request_connects_to_nothing_beyond_this_host(tmp_
     connects = [line for line in trace.read_text().splitlines() if "connect(" in line]
     assert any("AF_UNIX" in line for line in connects), "strace saw none of the engine core's sockets"
     assert [line for line in connects if "AF_UNIX" not in line and (not LOOPBACK.search(line) or DNS in line)] == []
-    written = {str(path.relative_to(home)) for path in home.rglob("*")}
-    assert {path for path in written if not (OWN_CACHE.startswith(path) or path.startswith(OWN_CACHE))} == set()
+    written = {path.relative_to(home) for path in home.rglob("*")}
+    assert {path for path in written if not (OWN_CACHE.is_relative_to(path) or path.is_relative_to(OWN_CACHE))} == set()

@@ -53,6 +53,8 @@ class LLMEngine:
         self.kv_cache, self.block_manager = create_kv_cache(model_config, config, dtype, device, self.max_model_len)
         self.scheduler = Scheduler(config, self.block_manager)
         self.runner = ModelRunner(model, self.kv_cache, self.block_manager)
+        # every matmul shape a step can run, met now: the memory at ready is the memory under any traffic
+        model.warm_up_matmuls(config.max_num_batched_tokens, config.max_num_seqs)
         self.sampler = Sampler(torch.Generator(device=device).manual_seed(config.seed))
         self.metrics = EngineMetrics(config.stats_window)
         self.post = StepPostprocessor(tokenizer, self.processors, self.metrics, self.max_model_len)

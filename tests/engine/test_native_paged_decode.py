@@ -58,6 +58,9 @@ SHAPES = [  # head_dim, heads, kv_heads, block_size, context lengths
     (128, 28, 4, 16, [33, 250]),               # Qwen-like: 7 query heads per KV head
     (48, 6, 2, 8, [7, 40, 41]),                # a head size without its own instance
     (16, 4, 1, 8, [3, 8, 27]),                 # ... small enough for the eight-keys-at-once path
+    (32, 8, 8, 16, [2, 31, 70]),               # instances for a group of 1, 2 and 8 at each head size
+    (128, 16, 8, 16, [9, 100]),
+    (64, 32, 4, 16, [17, 80]),
 ]
 
 
@@ -226,3 +229,85 @@ def test_a_missing_kernel_source_is_a_warning_not_a_crash(fresh_build, monkeypat
     with caplog.at_level(logging.WARNING, logger="engine.kernels"):
         assert native_build.load_library("paged_decode") is None
     assert "could not be built" in caplog.text
+
+
+def _native(q, k_cache, v_cache, tables, lens, threads, monkeypatch):
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    return paged_attention_decode_native(q, k_cache, v_cache, torch.tensor(tables, dtype=torch.int32),
+                                         torch.tensor(lens, dtype=torch.int32), q.shape[-1] ** -0.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_a_batch_split_over_helper_threads_gives_the_same_bits(dtype, monkeypatch) -> None:
+    """Enough work that the kernel splits it (more than MIN_WORK_PER_THREAD per thread); each sequence's
+    result is computed by one thread whatever the split, so the bits cannot depend on it."""
+    lens = [1500, 700, 1200, 900, 1300, 40]
+    q, k_cache, v_cache, tables = _case(dtype, 32, 8, 2, 16, lens, seed=5)
+    alone = _native(q, k_cache, v_cache, tables, lens, 1, monkeypatch)
+    for threads in (2, 3, 4):
+        assert torch.equal(_native(q, k_cache, v_cache, tables, lens, threads, monkeypatch), alone)
+    expected = _reference(q, k_cache, v_cache, tables, lens, 32**-0.5)
+    torch.testing.assert_close(alone.double(), expected, atol=1e-5, rtol=2**-8)
+
+
+def test_calls_from_several_threads_at_once_each_get_their_own_result(monkeypatch) -> None:
+    """One call holds the helper pool; a call that meets it busy runs on its own thread. Either way each
+    caller's output is its own and exact."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    cases = []
+    for seed in range(4):
+        lens = [1200 + 100 * seed, 900, 1100]
+        q, k_cache, v_cache, tables = _case(torch.bfloat16, 32, 8, 2, 16, lens, seed=seed)
+        args = (q, k_cache, v_cache, torch.tensor(tables, dtype=torch.int32), torch.tensor(lens, dtype=torch.int32),
+                32**-0.5)
+        cases.append((args, paged_attention_decode_native(*args)))
+
+    def hammer(case):
+        args, expected = case
+        return all(torch.equal(paged_attention_decode_native(*args), expected) for _ in range(25))
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(hammer, cases))
+
+
+_POOL_SCRIPT = """
+import os, signal, torch
+from engine.kernels.cpu_paged_attention import paged_attention_decode_native
+torch.get_num_threads = lambda: 4      # the kernel's thread count, as torch would report it; also in the child
+def tasks():
+    return len(os.listdir("/proc/self/task"))
+def call(lens):
+    gen = torch.Generator().manual_seed(len(lens))
+    widths = [-(-n // 16) for n in lens]
+    q = torch.randn(len(lens), 8, 32, generator=gen)
+    pool = torch.randn(sum(widths), 16, 2, 32, generator=gen)
+    starts = [sum(widths[:b]) for b in range(len(lens))]
+    tables = [list(range(s, s + w)) + [0] * (max(widths) - w) for s, w in zip(starts, widths)]
+    return paged_attention_decode_native(q, pool, pool, torch.tensor(tables, dtype=torch.int32),
+                                         torch.tensor(lens, dtype=torch.int32), 0.2)
+base = tasks()
+call([10, 20])                      # too little work to wake a helper
+small = tasks() - base
+expected = call([1000] * 8)         # enough for all four threads: three helpers
+big = tasks() - base
+for _ in range(20):
+    call([1000] * 8)
+again = tasks() - base
+child = os.fork()
+if child == 0:                      # the parent's helpers are not in the child: it must start its own, not wait
+    signal.alarm(60)
+    os._exit(0 if torch.equal(call([1000] * 8), expected) else 1)
+_, status = os.waitpid(child, 0)
+print(small, big, again, os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_helper_threads_start_once_only_where_work_pays_and_survive_a_fork() -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(native_build.__file__).parents[2])}
+    run = subprocess.run([sys.executable, "-c", _POOL_SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    small, big, again, child_exit = map(int, run.stdout.split())
+    assert small == 0          # a few tokens run on the calling thread
+    assert big == 3            # four threads asked for and paid for: three helpers
+    assert again == 3          # reused by later calls, not started again
+    assert child_exit == 0     # a forked child runs the kernel (no wait on the parent's helpers)

@@ -212,3 +212,23 @@ def test_a_seeded_row_does_not_depend_on_the_batch():
     alone = run([seeded], 0)
     crowded = run([SamplingParams(top_p=0.3), SamplingParams(), seeded, SamplingParams(top_k=3)], 2)
     assert alone == crowded and len(set(alone)) > 1
+
+
+def test_greedy_takes_the_first_highest_token_as_torch_s_max_does():
+    """The CPU pick (numpy's argmax) against torch's max(dim) on rows with ties, a NaN, a row with nothing
+    allowed and one with a single token left."""
+    gen = torch.Generator().manual_seed(4)
+    logits = torch.randn(6, 3 * BLOCK, generator=gen).round(decimals=1)     # rounded: many ties at the top
+    logits[1, 7] = logits[1, 600] = logits[1].max() + 1.0                   # a tie: the first wins
+    logits[2, 50] = float("nan")
+    logits[3] = float("-inf")
+    logits[4] = float("-inf")
+    logits[4, 700] = -3.0
+    values, indices = logits.max(dim=-1)
+    picked, alive = sampler_module._greedy(logits)
+    assert picked == indices.tolist() and picked[1] == 7 and picked[4] == 700
+    assert alive == (values > float("-inf")).tolist() == [True, True, False, False, True, True]
+    params = [SamplingParams(temperature=0)] * 6
+    out = Sampler(torch.Generator())(logits.clone(), _seqs(params))
+    assert out.token_ids == picked and out.dead_rows == {2, 3}
+    assert sampler_module._greedy(logits.double()) == (picked, alive)     # the torch path, as on a GPU

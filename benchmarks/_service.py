@@ -130,6 +130,24 @@ class Server:
         """Resident memory of the server and every process below it (the engine core, workers)."""
         return sum(rss_kb(pid) for pid in tree(self.proc.pid)) / 1024
 
+    def kg_cache_mb(self) -> tuple[float, float] | None:
+        """(held, budget) MB of the engine core's KG-constraint caches, all domains, from /metrics (the core's
+        latest report): the part of its RSS that is bounded caches filling. None when /metrics says nothing."""
+        from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
+
+        try:
+            text = httpx.get(f"{self.base_url}/metrics", timeout=10).text
+        except httpx.HTTPError:
+            return None
+        totals: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            if family.name in _KG_CACHE_GAUGES:
+                totals[family.name] = sum(sample.value for sample in family.samples)
+        if not totals:
+            return None
+        held = sum(v for name, v in totals.items() if name != "auditor_engine_kg_constraint_budget_bytes")
+        return held / 2**20, totals.get("auditor_engine_kg_constraint_budget_bytes", 0.0) / 2**20
+
     def verify_chain(self) -> bool:
         response = httpx.get(f"{self.base_url}/v1/audits/verify", timeout=120)
         return response.status_code == 200 and response.json().get("ok") is True
@@ -213,6 +231,10 @@ def start_server(*, source_root: Path | None = None, database_url: str | None = 
                          stop=server.stop, warm=True)
         server.warm_s = time.perf_counter() - started
     return server
+
+
+_KG_CACHE_GAUGES = ("auditor_engine_kg_constraint_view_bytes", "auditor_engine_kg_constraint_memo_bytes",
+                    "auditor_engine_kg_constraint_budget_bytes")
 
 
 def thread_env(threads: int) -> dict[str, str]:

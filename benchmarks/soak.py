@@ -9,7 +9,9 @@ over the samples after the warm-up (default: the first minute).
 Keys: rss_slope_mb_per_min, rss_peak_slope_mb_per_min (the same fit over each minute's highest sample, which
 the 30-second heap trims do not saw-tooth), rss_peaks_per_min, rss_start_mb (first sample after warm-up), rss_end_mb, rss_max_mb,
 api_rss_slope_mb_per_min and core_rss_slope_mb_per_min (the same fit for the API process alone and for the processes
-below it: which side grows), requests, req_s, statuses, non_2xx, successes, records_found, chain_ok, minutes,
+below it: which side grows), kg_cache_slope_mb_per_min, kg_cache_end_mb and kg_cache_budget_mb (what the core's
+KG-constraint caches hold by their own estimates, from /metrics: the share of the core's slope that is bounded
+caches filling toward their budget), requests, req_s, statuses, non_2xx, successes, records_found, chain_ok, minutes,
 load_average.
 """
 
@@ -64,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"server ready in {server.ready_s:.1f} s; soaking {args.minutes} min with {args.clients} clients")
     samples: list[tuple[float, float]] = []
     api_samples: list[tuple[float, float]] = []   # the API process alone; the rest of the tree is the engine core
+    cache_samples: list[tuple[float, float]] = []  # what the core's KG-constraint caches hold (their estimates)
+    cache_budget_mb: list[float] = []
     stop = threading.Event()
     started = time.monotonic()
 
@@ -72,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
             now = time.monotonic() - started
             samples.append((now, server.rss_mb()))
             api_samples.append((now, rss_kb(server.proc.pid) / 1024))
+            cache = server.kg_cache_mb()
+            if cache is not None:
+                cache_samples.append((now, cache[0]))
+                cache_budget_mb[:] = [cache[1]]
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -104,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         "rss_max_mb": round(max(m for _, m in samples), 1) if samples else None,
         "api_rss_slope_mb_per_min": _rounded(slope_per_minute(api_after)),
         "core_rss_slope_mb_per_min": _rounded(slope_per_minute(core_after)),
+        "kg_cache_slope_mb_per_min": _rounded(slope_per_minute([(t, m) for t, m in cache_samples
+                                                                if t >= args.warmup_s])),
+        "kg_cache_end_mb": round(cache_samples[-1][1], 1) if cache_samples else None,
+        "kg_cache_budget_mb": round(cache_budget_mb[0], 1) if cache_budget_mb else None,
         "rss_samples": [(round(t), round(m, 1)) for t, m in samples],
         "api_rss_samples": [(round(t), round(m, 1)) for t, m in api_samples],
         "requests": len(results), "req_s": round(len(results) / seconds, 2),

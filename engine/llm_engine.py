@@ -253,6 +253,8 @@ class LLMEngine:
             num_requests_running_by_priority=_count_by_priority(self.scheduler.running, self.config),
         )
         snapshot.update(self.kv_cache.stats(self.block_manager))
+        for processor in self.processors:
+            snapshot.update(processor.stats())
         return snapshot
 
 

@@ -71,6 +71,13 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]], str]]]] = [
         ("Preemptions and core restarts", "short",
          [(gauge("auditor_engine_num_preemptions"), "preemptions (total)"),
           (gauge("auditor_engine_engine_core_restarts"), "engine core restarts (total)")], ""),
+        ("KG-constraint caches", "bytes",
+         [(gauge("auditor_engine_kg_constraint_view_bytes", "domain"), "views {{domain}}"),
+          (gauge("auditor_engine_kg_constraint_memo_bytes", "domain"), "memos {{domain}}"),
+          (gauge("auditor_engine_kg_constraint_budget_bytes", "domain"), "budget {{domain}}")],
+         "What the engine core's allowed-set views and shared memos hold per domain (their own estimates), "
+         "against their budget (AUDITOR_KG_CONSTRAINT_VIEW_MB and three memos of AUDITOR_KG_CONSTRAINT_MEMO_MB): "
+         "they fill toward it as traffic reaches new decoding states, a climb in RSS that stops there."),
     ]),
     ("Cost", [
         ("Cost per intent", "currencyUSD", [(rate("auditor_cost_total", "intent"), "{{intent}}")],

@@ -33,7 +33,8 @@ NO_INTENT = "none"  # a request without X-Intent
 
 # Engine stats that are maps: one gauge family each, keyed by this label.
 _MAP_STATS = {"num_requests_waiting_by_priority": "priority", "num_requests_running_by_priority": "priority",
-              "finish_reasons": "reason"}
+              "finish_reasons": "reason", "kg_constraint_views": "domain", "kg_constraint_view_bytes": "domain",
+              "kg_constraint_memo_bytes": "domain", "kg_constraint_budget_bytes": "domain"}
 
 
 class BoundedLabel:

@@ -68,3 +68,8 @@ class LogitsProcessor(ABC):
     def pop_events(self, request_id: str) -> list[ProcessorEvent]:
         """Events recorded for this request since the last call (returned in RequestOutput.events)."""
         return []
+
+    def stats(self) -> dict[str, float | dict[str, float]]:
+        """Gauges the engine reports beside its own (`LLMEngine.stats`): numbers, or maps of numbers by a label
+        such as the domain. Names start with the processor's `name`. Called on the step thread."""
+        return {}

@@ -155,6 +155,15 @@ class KGConstraintProcessor(LogitsProcessor):
                                             self.limits, compiled, self.vocabulary)
 
     # -- protocol -------------------------------------------------------------------------------
+    def stats(self) -> dict[str, float | dict[str, float]]:
+        """Per domain, what its caches hold against their budget: bounded caches fill toward the budget under
+        traffic that keeps reaching new states, which reads as a slow RSS climb that is not a leak."""
+        domains = self.domains.items()
+        return {"kg_constraint_views": {name: masks.cached_views for name, masks in domains},
+                "kg_constraint_view_bytes": {name: masks.cached_view_bytes for name, masks in domains},
+                "kg_constraint_memo_bytes": {name: masks.memo_bytes for name, masks in domains},
+                "kg_constraint_budget_bytes": {name: masks.budget_bytes for name, masks in domains}}
+
     def validate_params(self, params: SamplingParams) -> None:
         self._parse(params)
 

@@ -306,6 +306,16 @@ class DomainMasks:
     def cached_view_bytes(self) -> int:
         return self._view_bytes
 
+    @property
+    def memo_bytes(self) -> int:
+        """What the memos shared by all views hold (guard results, walk records, plain steps), by their estimates."""
+        return self.guard.memo_bytes + self._plain_steps.bytes
+
+    @property
+    def budget_bytes(self) -> int:
+        """The most the caches above may hold, about: the views' budget and each of the three memos'."""
+        return self.limits.view_bytes + 3 * self.limits.memo_bytes
+
     def advance_guard(self, guard: GuardState, text: str) -> tuple[GuardState, list[tuple[int, ...]]]:
         return advance(self.name_trie, guard, text)
 

@@ -140,6 +140,11 @@ class SurfaceGuard:
         for memo in (self._shared, self._lazy_records):
             memo.max_bytes = max_bytes
 
+    @property
+    def memo_bytes(self) -> int:
+        """What the shared memos hold now, by their estimates (each is bounded by `limit_memos`)."""
+        return self._shared.bytes + self._lazy_records.bytes
+
     def share_vocabulary(self, vocabulary: SortedVocabulary) -> None:
         """Hold the processor's one copy of the sorted vocabulary instead of this guard's own (a guard read
         back from the index cache unpickles a copy per domain; the cache key pins the same tokenizer)."""

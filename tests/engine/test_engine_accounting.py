@@ -12,6 +12,7 @@ import pytest
 from engine.config import EngineConfig
 from engine.core_client import EngineCoreClient
 from engine.llm_engine import LLMEngine, load_tokenizer
+from engine.processors.logits_process import LogitsProcessor
 from engine.sampling_params import SamplingParams
 
 GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
@@ -85,3 +86,44 @@ def test_priority_queue_depth_crosses_the_process_boundary(tiny_llama) -> None:
 
 
 pytestmark = pytest.mark.timeout(180)
+
+
+class _Counting(LogitsProcessor):
+    """Reports how many requests it has seen, and per kind: the gauges of a processor's own caches."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.seen: dict[str, float] = {}
+
+    def validate_params(self, params) -> None:
+        pass
+
+    def add_request(self, request_id, params, prompt_token_ids, output_token_ids) -> bool:
+        self.seen[request_id[:3]] = self.seen.get(request_id[:3], 0) + 1
+        return False
+
+    def remove_request(self, request_id) -> None:
+        pass
+
+    def apply(self, logits, request_ids) -> None:
+        pass
+
+    def accept_token(self, request_id, token_id) -> None:
+        pass
+
+    def stats(self) -> dict[str, float | dict[str, float]]:
+        return {"counting_requests": float(sum(self.seen.values())), "counting_by_kind": dict(self.seen)}
+
+
+def test_the_engine_reports_its_processors_gauges_beside_its_own(tiny_llama) -> None:
+    from engine.core_proc import _scalar_stats
+
+    engine = LLMEngine.from_pretrained(tiny_llama, logits_processors=[_Counting()])
+    assert engine.stats()["counting_requests"] == 0
+    engine.generate(["The patient was", "A bond is"], GREEDY)
+    stats = engine.stats()
+    assert stats["counting_requests"] == 2 and sum(stats["counting_by_kind"].values()) == 2
+    assert "kv_cache_usage_perc" in stats   # the engine's own gauges stay
+    crossing = _scalar_stats(stats)          # what the core process sends the API (maps of numbers pass)
+    assert crossing["counting_requests"] == 2 and crossing["counting_by_kind"] == stats["counting_by_kind"]

@@ -142,7 +142,9 @@ class SaturatedEngine(FakeEngine):
         return {"kv_cache_usage_perc": 0.75, "num_preemptions": 3, "num_requests_waiting": 5,
                 "num_requests_waiting_by_priority": {"0": 1, "1": 0, "2": 4},
                 "num_requests_running_by_priority": {"0": 2, "1": 1, "2": 0},
-                "finish_reasons": {"stop": 7, "length": 2}, "time_to_first_token_seconds": [0.1, 0.2]}
+                "finish_reasons": {"stop": 7, "length": 2}, "time_to_first_token_seconds": [0.1, 0.2],
+                "kg_constraint_view_bytes": {"finance": 1024, "medical": 4096},
+                "kg_constraint_budget_bytes": {"finance": 75497472, "medical": 75497472}}
 
 
 def test_saturation_from_the_engine_stats(app_factory) -> None:
@@ -153,4 +155,7 @@ def test_saturation_from_the_engine_stats(app_factory) -> None:
     assert value(found, "auditor_engine_num_requests_waiting_by_priority", priority="1") == 0
     assert value(found, "auditor_engine_num_requests_running_by_priority", priority="0") == 2
     assert value(found, "auditor_engine_finish_reasons", reason="length") == 2
+    # the KG constraint's caches against their budget, per domain (a slow RSS climb an operator can account for)
+    assert value(found, "auditor_engine_kg_constraint_view_bytes", domain="medical") == 4096
+    assert value(found, "auditor_engine_kg_constraint_budget_bytes", domain="finance") == 75497472
     assert not any(name.startswith("auditor_engine_time_to_first") for name, _ in found)   # lists are not gauges

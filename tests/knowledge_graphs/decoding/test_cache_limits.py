@@ -139,3 +139,31 @@ def test_the_shared_memos_are_bounded_by_bytes_whatever_their_entry_count(kg, to
     assert 1 <= len(small_guard._shared) < len(large_guard._shared)
     assert small_guard._shared.bytes <= 4 * 2**10 < large_guard._shared.bytes
     assert len(small.domains["medical"]._plain_steps) < len(large.domains["medical"]._plain_steps)
+
+
+def test_the_processor_reports_what_each_domain_caches_against_its_budget(kg, tokenizer) -> None:
+    """An operator reads the caches' fill on /metrics (through the engine's stats): the numbers follow the caches
+    as they fill and as they evict, and never pass the budget reported beside them."""
+    limits = CacheLimits(views=2, view_bytes=2 * 2**20, memo_bytes=64 * 2**10)
+    processor = KGConstraintProcessor(tokenizer, vocab_size=tokenizer.get_vocab_size(), eos_token_ids=[0],
+                                      kgs={"medical": kg}, limits=limits)
+    domain = processor.domains["medical"]
+    empty = processor.stats()
+    assert empty["kg_constraint_views"] == {"medical": 0}
+    assert empty["kg_constraint_budget_bytes"] == {"medical": 2 * 2**20 + 3 * 64 * 2**10}
+    text = " Metformin, metoprolol and warfarin with aspirin for type 2 diabetes; ibuprofen later. "
+    seen = []
+    for i, allowed in enumerate(ALLOWED_SETS):
+        processor.add_request(f"r{i}", _params(allowed), [1], [])
+        _decode(processor, tokenizer, f"r{i}", text)
+        processor.remove_request(f"r{i}")
+        stats = processor.stats()
+        seen.append(stats)
+        assert stats["kg_constraint_views"]["medical"] == domain.cached_views <= 2
+        assert stats["kg_constraint_view_bytes"]["medical"] == sum(v.approx_bytes for v in domain._views.values())
+        memos = (domain.guard._shared, domain.guard._lazy_records, domain._plain_steps)
+        assert stats["kg_constraint_memo_bytes"]["medical"] == sum(m.bytes for m in memos) > 0
+        assert stats["kg_constraint_memo_bytes"]["medical"] <= 3 * 64 * 2**10
+    assert seen[0]["kg_constraint_view_bytes"]["medical"] > 0
+    assert max(s["kg_constraint_views"]["medical"] for s in seen) == 2   # the count bound evicted older views
+

@@ -141,7 +141,7 @@ def evaluator(expr: str) -> Callable[[dict[str, Series], float], dict[Labels, fl
 
 
 _UNITS: dict[str, tuple[float, str]] = {"s": (1000.0, "ms"), "percentunit": (100.0, "%"), "reqps": (1.0, "req/s"),
-                                        "currencyUSD": (1.0, "USD/s"), "short": (1.0, "")}
+                                        "currencyUSD": (1.0, "USD/s"), "short": (1.0, ""), "bytes": (2.0**-20, "MB")}
 
 
 def render(dashboard: dict[str, Any], scrapes: Path, out: Path) -> Path:

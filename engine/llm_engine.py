@@ -7,6 +7,7 @@ only) and is what the engine-core process runs (`engine.core_proc`). `step()` ad
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Sequence as Seq
 from pathlib import Path
@@ -32,6 +33,8 @@ from engine.sampling_params import InvalidRequestError, SamplingParams
 from engine.scheduler import ScheduledBatch, Scheduler
 from engine.sequence import Sequence
 from engine.tokenizer import Tokenizer
+
+logger = logging.getLogger("engine")
 
 
 class LLMEngine:
@@ -254,8 +257,21 @@ class LLMEngine:
         )
         snapshot.update(self.kv_cache.stats(self.block_manager))
         for processor in self.processors:
-            snapshot.update(processor.stats())
+            snapshot.update(_processor_stats(processor))
         return snapshot
+
+
+def _processor_stats(processor: LogitsProcessor) -> dict[str, Any]:
+    """A processor's gauges. One that does not subclass `LogitsProcessor` may have no `stats`, and one whose
+    `stats` fails loses its gauges for this report, not the engine: the stats double as the core's heartbeat."""
+    report = getattr(processor, "stats", None)
+    if report is None:
+        return {}
+    try:
+        return dict(report())
+    except Exception:   # noqa: BLE001 - a gauge is never worth a step loop
+        logger.exception("logits processor %r: stats() failed", getattr(processor, "name", processor))
+        return {}
 
 
 def _charge_step(batch: ScheduledBatch, seconds: float) -> None:

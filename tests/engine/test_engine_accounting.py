@@ -85,8 +85,6 @@ def test_priority_queue_depth_crosses_the_process_boundary(tiny_llama) -> None:
     assert smallest_share > 0
 
 
-pytestmark = pytest.mark.timeout(180)
-
 
 class _Counting(LogitsProcessor):
     """Reports how many requests it has seen, and per kind: the gauges of a processor's own caches."""
@@ -127,3 +125,43 @@ def test_the_engine_reports_its_processors_gauges_beside_its_own(tiny_llama) -> 
     assert "kv_cache_usage_perc" in stats   # the engine's own gauges stay
     crossing = _scalar_stats(stats)          # what the core process sends the API (maps of numbers pass)
     assert crossing["counting_requests"] == 2 and crossing["counting_by_kind"] == stats["counting_by_kind"]
+
+
+class _Failing(_Counting):
+    name = "failing"
+
+    def stats(self) -> dict[str, float | dict[str, float]]:
+        raise RuntimeError("a bug in a processor's gauges")
+
+
+class _DuckTyped:
+    """A processor that does not subclass LogitsProcessor and reports no gauges (as the engine allows)."""
+
+    name = "duck"
+
+    def prepare(self, params) -> None:
+        pass
+
+    def validate_params(self, params) -> None:
+        pass
+
+    def add_request(self, request_id, params, prompt_token_ids, output_token_ids) -> bool:
+        return False
+
+    def remove_request(self, request_id) -> None:
+        pass
+
+
+def test_a_processor_without_gauges_or_with_failing_ones_costs_its_gauges_not_the_engine(tiny_llama, caplog) -> None:
+    # the core reports its stats as its heartbeat: a processor's broken stats() must not end the step loop
+    engine = LLMEngine.from_pretrained(tiny_llama, logits_processors=[_DuckTyped(), _Failing(), _Counting()])
+    engine.generate(["The patient was"], GREEDY)
+    with caplog.at_level("ERROR", logger="engine"):
+        stats = engine.stats()
+    assert stats["counting_requests"] == 1 and "kv_cache_usage_perc" in stats
+    assert not any(name.startswith(("failing", "duck")) for name in stats)
+    assert "stats() failed" in caplog.text
+    assert engine.generate(["A bond is"], GREEDY)[0].finished
+
+
+pytestmark = pytest.mark.timeout(180)

@@ -139,14 +139,12 @@ class Server:
             text = httpx.get(f"{self.base_url}/metrics", timeout=10).text
         except httpx.HTTPError:
             return None
-        totals: dict[str, float] = {}
-        for family in text_string_to_metric_families(text):
-            if family.name in _KG_CACHE_GAUGES:
-                totals[family.name] = sum(sample.value for sample in family.samples)
+        totals = {family.name: sum(sample.value for sample in family.samples)   # all domains
+                  for family in text_string_to_metric_families(text) if family.name.startswith(_KG_CACHE)}
         if not totals:
             return None
-        held = sum(v for name, v in totals.items() if name != "auditor_engine_kg_constraint_budget_bytes")
-        return held / 2**20, totals.get("auditor_engine_kg_constraint_budget_bytes", 0.0) / 2**20
+        held = totals.get(f"{_KG_CACHE}view_bytes", 0.0) + totals.get(f"{_KG_CACHE}memo_bytes", 0.0)
+        return held / 2**20, totals.get(f"{_KG_CACHE}budget_bytes", 0.0) / 2**20
 
     def verify_chain(self) -> bool:
         response = httpx.get(f"{self.base_url}/v1/audits/verify", timeout=120)
@@ -233,8 +231,7 @@ def start_server(*, source_root: Path | None = None, database_url: str | None = 
     return server
 
 
-_KG_CACHE_GAUGES = ("auditor_engine_kg_constraint_view_bytes", "auditor_engine_kg_constraint_memo_bytes",
-                    "auditor_engine_kg_constraint_budget_bytes")
+_KG_CACHE = "auditor_engine_kg_constraint_"   # the core's KG-constraint cache gauges, one family per kind
 
 
 def thread_env(threads: int) -> dict[str, str]:

@@ -66,8 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"server ready in {server.ready_s:.1f} s; soaking {args.minutes} min with {args.clients} clients")
     samples: list[tuple[float, float]] = []
     api_samples: list[tuple[float, float]] = []   # the API process alone; the rest of the tree is the engine core
-    cache_samples: list[tuple[float, float]] = []  # what the core's KG-constraint caches hold (their estimates)
-    cache_budget_mb: list[float] = []
+    cache_samples: list[tuple[float, float, float]] = []  # (s, held, budget) MB: the core's KG-constraint caches
     stop = threading.Event()
     started = time.monotonic()
 
@@ -76,10 +75,9 @@ def main(argv: list[str] | None = None) -> int:
             now = time.monotonic() - started
             samples.append((now, server.rss_mb()))
             api_samples.append((now, rss_kb(server.proc.pid) / 1024))
-            cache = server.kg_cache_mb()
+            cache = server.kg_cache_mb()   # a /metrics scrape every sample: a few ms of the API's time
             if cache is not None:
-                cache_samples.append((now, cache[0]))
-                cache_budget_mb[:] = [cache[1]]
+                cache_samples.append((now, *cache))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -112,10 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         "rss_max_mb": round(max(m for _, m in samples), 1) if samples else None,
         "api_rss_slope_mb_per_min": _rounded(slope_per_minute(api_after)),
         "core_rss_slope_mb_per_min": _rounded(slope_per_minute(core_after)),
-        "kg_cache_slope_mb_per_min": _rounded(slope_per_minute([(t, m) for t, m in cache_samples
+        "kg_cache_slope_mb_per_min": _rounded(slope_per_minute([(t, m) for t, m, _ in cache_samples
                                                                 if t >= args.warmup_s])),
         "kg_cache_end_mb": round(cache_samples[-1][1], 1) if cache_samples else None,
-        "kg_cache_budget_mb": round(cache_budget_mb[0], 1) if cache_budget_mb else None,
+        "kg_cache_budget_mb": round(cache_samples[-1][2], 1) if cache_samples else None,
         "rss_samples": [(round(t), round(m, 1)) for t, m in samples],
         "api_rss_samples": [(round(t), round(m, 1)) for t, m in api_samples],
         "requests": len(results), "req_s": round(len(results) / seconds, 2),

@@ -261,6 +261,9 @@ class LLMEngine:
         return snapshot
 
 
+_FAILED_STATS: set[int] = set()   # processors whose stats() failure was logged (the core reports twice a second)
+
+
 def _processor_stats(processor: LogitsProcessor) -> dict[str, Any]:
     """A processor's gauges. One that does not subclass `LogitsProcessor` may have no `stats`, and one whose
     `stats` fails loses its gauges for this report, not the engine: the stats double as the core's heartbeat."""
@@ -270,7 +273,9 @@ def _processor_stats(processor: LogitsProcessor) -> dict[str, Any]:
     try:
         return dict(report())
     except Exception:   # noqa: BLE001 - a gauge is never worth a step loop
-        logger.exception("logits processor %r: stats() failed", getattr(processor, "name", processor))
+        if id(processor) not in _FAILED_STATS:
+            _FAILED_STATS.add(id(processor))
+            logger.exception("logits processor %r: stats() failed (logged once)", getattr(processor, "name", processor))
         return {}
 
 

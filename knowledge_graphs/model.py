@@ -49,9 +49,35 @@ class Fact:
     unit: str | None = None
     qualifiers: dict[str, Any] = field(default_factory=dict)   # route, population, as_of, severity, ...
     provenance: Provenance | None = None
+    # The period the fact holds in the world (ISO dates, from inclusive, to exclusive; None: open-ended). A yearly
+    # limit is one fact per year; a claim is judged against the fact valid at the time it refers to.
+    valid_from: str | None = None
+    valid_to: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if self.valid_from is None and self.valid_to is None:   # facts without a period hash as they always did
+            del out["valid_from"], out["valid_to"]
+        return out
+
+    def valid_on(self, day: str) -> bool:
+        """Whether the fact holds on `day` (ISO date; comparing ISO strings compares dates)."""
+        return (self.valid_from is None or self.valid_from <= day) and (self.valid_to is None or day < self.valid_to)
+
+
+@dataclass(frozen=True, slots=True)
+class RelationSpec:
+    """How a relation is said in text and what kind of value it holds, for the generic fact checker.
+
+    `functional`: a subject has one value at a time (for the same qualifiers), so a different stated value is
+    wrong; otherwise a value the KG does not list is only not found."""
+
+    name: str
+    label: str
+    value: str                        # money | percent | quantity | duration | count | year | date | entity | text
+    functional: bool = False
+    aliases: tuple[str, ...] = ()
+    object_types: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +98,8 @@ class KgOutline:
 class KnowledgeGraph:
     """One domain's KG: a networkx MultiDiGraph whose edges carry `Fact`s, plus an alias index."""
 
-    def __init__(self, domain: str, entities: Iterable[Entity], facts: Iterable[Fact], *, data_version: str = "0"):
+    def __init__(self, domain: str, entities: Iterable[Entity], facts: Iterable[Fact], *, data_version: str = "0",
+                 relations: Iterable[RelationSpec] = ()):
         self.domain = domain
         self.graph: nx.MultiDiGraph = nx.MultiDiGraph()
         self._lower_graphs: tuple[nx.MultiDiGraph, ...] = ()   # the KGs this one extends (`extended`)
@@ -81,6 +108,8 @@ class KnowledgeGraph:
         self._facts: list[Fact] = []
         self._facts_by_subject: dict[str, list[Fact]] = {}
         self._facts_by_object: dict[str, list[Fact]] = {}   # facts about a relation to an entity, by that entity
+        # relations declared with aliases (curated fact files), for the generic fact checker
+        self.relations: dict[str, RelationSpec] = {spec.name: spec for spec in relations}
         for entity in entities:
             self.add_entity(entity)
         for fact in facts:
@@ -119,6 +148,7 @@ class KnowledgeGraph:
         kg._entities, kg._aliases = dict(self._entities), dict(self._aliases)
         kg._facts, kg._facts_by_subject = list(self._facts), dict(self._facts_by_subject)
         kg._facts_by_object = dict(self._facts_by_object)
+        kg.relations = dict(self.relations)
         if superseded is not None:
             kg._drop_facts(superseded)
         for entity in entities:
@@ -161,6 +191,8 @@ class KnowledgeGraph:
             digest.update(json.dumps([e.id, e.type, e.name, sorted(e.aliases)], default=str).encode())
         for fact in self._facts:
             digest.update(json.dumps(fact.to_dict(), sort_keys=True, default=str).encode())
+        for name in sorted(self.relations):
+            digest.update(json.dumps(asdict(self.relations[name]), sort_keys=True).encode())
         return digest.hexdigest()[:16]
 
     # -- reading --------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from knowledge_graphs import snapshot
 from knowledge_graphs.curated import DATA_DIR
+from knowledge_graphs.fact_files import add_fact_files
 from knowledge_graphs.model import KgOutline, KnowledgeGraph
 from knowledge_graphs.sources import finance, legal, medical
 from knowledge_graphs.sources.common import DomainData
@@ -32,7 +33,8 @@ def build_kg(domain: str, data_dir: Path = DATA_DIR) -> KnowledgeGraph:
     if domain not in BUILDERS:
         raise UnknownDomainError(f"unknown KG domain {domain!r}; known domains: {', '.join(DOMAINS)}")
     data = BUILDERS[domain](data_dir)
-    return KnowledgeGraph(domain, data.entities, data.facts, data_version=data.data_version)
+    add_fact_files(data, domain, data_dir)
+    return KnowledgeGraph(domain, data.entities, data.facts, data_version=data.data_version, relations=data.relations)
 
 
 def keep_snapshots(directory: Path | None) -> None:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from rules.extraction.dates import find_dates
 from rules.extraction.numbers import numeric_view
+from rules.extraction.reading import reading_view
 
-TEXT_CACHES = (numeric_view, find_dates)
+TEXT_CACHES = (numeric_view, find_dates, reading_view)
 
 
 def clear_text_caches() -> None:

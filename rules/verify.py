@@ -13,6 +13,7 @@ from pathlib import Path
 
 from knowledge_graphs.model import KnowledgeGraph
 from rules.claims import Document
+from rules.extraction.reading import reading_view
 from rules.packs import DOMAINS, RulePack, load_pack
 from rules.report import Citation, Claim, Evidence, GateAction, Report, Versions
 from rules.scores import citation_confidence, factual_error_rate, joint_score
@@ -64,7 +65,8 @@ def verify(
     if rule_pack.domain != domain:
         raise UnknownDomainError(f"rule pack is for {rule_pack.domain!r}, not {domain!r}")
     graph = kg if kg is not None else _load_kg(domain)
-    doc = Document(text=text, domain=domain, kg=graph, prompt=prompt)
+    view = reading_view(text)
+    doc = Document(text=view.text, domain=domain, kg=graph, prompt=prompt)
 
     tagged: list[tuple[str, Finding]] = []
     doc.cache["findings"] = []
@@ -74,6 +76,10 @@ def verify(
                 item.rule_id = item.rule_id or rule.id
             tagged.append((rule.id, finding))
             doc.cache["findings"].append(finding)
+    if view.rewritten:
+        for _, finding in tagged:
+            finding.span = view.span(*finding.span)
+            finding.text = text[finding.span[0]:finding.span[1]]
     return _assemble(domain, tagged, rule_pack, graph)
 
 
@@ -89,9 +95,11 @@ def _assemble(domain: str, tagged: list[tuple[str, Finding]], pack: RulePack, kg
     claims: list[Claim] = []
     citations: list[Citation] = []
     gate_actions: list[GateAction] = []
+    contradicted_spans = [key[:2] for key, members in groups.items() if any(f.verdict == "contradicted" for _, f in members)]
     for key in sorted(groups):
         members = groups[key]
         claim, deciding = _merge(members)
+        claim = _without_hidden_contradiction(claim, contradicted_spans)
         index = len(claims)
         claims.append(claim)
         cited = next((f for _, f in members if f.citation is not None), None)
@@ -114,6 +122,19 @@ def _assemble(domain: str, tagged: list[tuple[str, Finding]], pack: RulePack, kg
     )
     return Report(domain=domain, claims=claims, citations=citations, fer=fer, citation_confidence=rc,
                   joint_score=joint_score(fer, rc), versions=versions, gate_actions=gate_actions)
+
+
+def _without_hidden_contradiction(claim: Claim, contradicted: list[tuple[int, int]]) -> Claim:
+    """A supported claim whose span holds a contradicted one ("31 U.S.C. 5313 requires reports over $5,000": the
+    reference is real, the amount inside it wrong) is not shown as supported: a reader colours the whole span."""
+    if claim.verdict != "supported":
+        return claim
+    inside = [s for s in contradicted if claim.span[0] <= s[0] and s[1] <= claim.span[1] and s != tuple(claim.span)]
+    if not inside:
+        return claim
+    note = Evidence(kind="rule", description="not supported as a whole: it contains a contradicted claim at "
+                    + ", ".join(f"[{s[0]}, {s[1]})" for s in inside))
+    return claim.model_copy(update={"verdict": "unverifiable", "evidence": [note, *claim.evidence]})
 
 
 def _merge(members: list[tuple[str, Finding]]) -> tuple[Claim, list[tuple[str, Finding]]]:

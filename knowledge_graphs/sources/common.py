@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 
 from knowledge_graphs.curated import CuratedDataError, Manifest
-from knowledge_graphs.model import Entity, Fact, Provenance
+from knowledge_graphs.model import Entity, Fact, Provenance, RelationSpec
 
 
 @dataclass(slots=True)
@@ -14,6 +14,7 @@ class DomainData:
     entities: list[Entity] = field(default_factory=list)
     facts: list[Fact] = field(default_factory=list)
     data_version: str = "0"
+    relations: list[RelationSpec] = field(default_factory=list)
 
 
 def package_provenance(distribution: str, locator: str, manifest: Manifest, source_id: str) -> Provenance:

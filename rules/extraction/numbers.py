@@ -29,6 +29,17 @@ _RUN = re.compile(rf"\b(?:{_WORD}|{_SCALE})(?:(?:(?:{_AFTER_SCALE})\s+and\s+|[\s
 _TEENS_OR_TWENTY = {w: i for i, w in enumerate(_UNITS) if i >= 11} | {"twenty": 20}
 _FRACTION = re.compile(r"\b(?P<whole>[a-z]+)\s+and\s+(?:a|one)[\s-](?P<part>half|quarter|third)\b", re.I)
 _FRACTIONS = {"half": 0.5, "quarter": 0.25, "third": 1 / 3}
+_DIGIT_WORDS = {w: i for i, w in enumerate(_UNITS[:10])} | {"oh": 0, "o": 0}
+# "one point five", "zero point two five", "point five": a decimal said digit by digit after "point"
+_DECIMAL = re.compile(rf"\b(?:(?P<whole>{_WORD}(?:[\s-]+(?:{_WORD}|{_SCALE}))*)\s+)?point"
+                      rf"(?P<digits>(?:\s+(?:{'|'.join(_DIGIT_WORDS)})\b)+)", re.I)
+# "half a gram", "a quarter of a million", "half a million", "a third of a"
+_PART_OF = re.compile(r"\b(?:(?:a|one)\s+)?(?P<part>half|quarter|third)\s+(?:of\s+)?(?:a|an)\b"
+                      r"(?:\s+(?P<scale>hundred|thousand|million|billion)\b)?", re.I)
+_A_SCALE = re.compile(r"\b(?<!-)a\s+(?P<scale>hundred|thousand|million|billion)\b", re.I)
+_SCALE_VALUES = {"hundred": 1e2, "thousand": 1e3, "million": 1e6, "billion": 1e9}
+# "fifteen grand", "10 grand": thousands of dollars, said colloquially (US usage)
+_GRAND = re.compile(r"(?P<number>\b\d+(?:\.\d+)?|\b[0-9]*[a-z-]+(?:\s+[a-z-]+)*?)\s+grand\b", re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +48,7 @@ class NumberWords:
     end: int
     value: float
     is_year: bool = False
+    prefix: str = ""          # written before the digits in the view ("$" for "fifteen grand")
 
 
 def _value(run: str) -> float | None:
@@ -58,7 +70,40 @@ def find_number_words(text: str) -> list[NumberWords]:
     """Runs of number words with their values (years said in pairs flagged)."""
     out: list[NumberWords] = []
     taken: list[tuple[int, int]] = []
+
+    def free(span: tuple[int, int]) -> bool:
+        return not any(s < span[1] and span[0] < e for s, e in taken)
+
+    for match in _DECIMAL.finditer(text):
+        whole = _value(match.group("whole")) if match.group("whole") else 0.0
+        if whole is None:
+            continue
+        digits = "".join(str(_DIGIT_WORDS[d.casefold()]) for d in match.group("digits").split())
+        out.append(NumberWords(match.start(), match.end(), float(f"{int(whole)}.{digits}")))
+        taken.append(match.span())
+    for match in _GRAND.finditer(text):
+        words = match.group("number")
+        # the number words right before "grand" (the lazy group may have taken words that are not numbers)
+        tail = re.search(rf"(?:\d+(?:\.\d+)?|(?:{_WORD}|{_SCALE})(?:[\s-]+(?:{_WORD}|{_SCALE}))*)$", words, re.I)
+        value = None if tail is None else (float(tail.group(0)) if tail.group(0)[0].isdigit() else _value(tail.group(0)))
+        if value is not None:
+            start = match.start("number") + tail.start()
+            out.append(NumberWords(start, match.end(), value * 1000, prefix="$"))
+            taken.append((start, match.end()))
+    for match in _PART_OF.finditer(text):
+        if not free(match.span()):
+            continue
+        part = _FRACTIONS[match.group("part").casefold()]
+        scale = match.group("scale")
+        out.append(NumberWords(match.start(), match.end(), part * (_SCALE_VALUES[scale.casefold()] if scale else 1.0)))
+        taken.append(match.span())
+    for match in _A_SCALE.finditer(text):
+        if free(match.span()):
+            out.append(NumberWords(match.start(), match.end(), _SCALE_VALUES[match.group("scale").casefold()]))
+            taken.append(match.span())
     for match in _FRACTION.finditer(text):
+        if not free(match.span()):
+            continue
         whole = _value(match.group("whole"))
         if whole is not None:
             out.append(NumberWords(match.start(), match.end(), whole + _FRACTIONS[match.group("part").casefold()]))
@@ -110,7 +155,7 @@ def numeric_view(text: str) -> NumericView:
         pieces.append(text[cursor:number.start])
         starts.extend(range(cursor, number.start))
         ends.extend(range(cursor + 1, number.start + 1))
-        digits = _digits(number.value)
+        digits = number.prefix + _digits(number.value)
         pieces.append(digits)
         # every digit stands for the whole run of words
         starts.extend([number.start] * len(digits))

@@ -4,7 +4,7 @@ Each validator takes the `Document` and the rule's parameters and returns `Findi
 kind it found in the text, each with a verdict, confidence and evidence.
 """
 
-from rules.validators import common, finance, legal, medical, sanctions  # noqa: F401  (registration side effects)
+from rules.validators import common, finance, kg_facts, legal, medical, sanctions  # noqa: F401  (registration side effects)
 from rules.validators.base import EVALUATOR_VERSION, VALIDATORS, CitationCheck, Finding, Validator
 
 __all__ = ["EVALUATOR_VERSION", "VALIDATORS", "CitationCheck", "Finding", "Validator"]

@@ -23,7 +23,10 @@ _CITATION_SHAPE = re.compile(
     r"\b(?P<volume>\d{1,4})\s+(?P<reporter>(?:[A-Z][A-Za-z']{0,9}\.?\s?){1,5}(?:\d(?:d|th|st|nd|rd)\.?)?)\s+"
     r"(?P<page>\d{1,7})\b"
 )
-_STATUTE_WORDS = re.compile(r"\b(?:Code|Codes|C\.\s?S|Stat|Stats|Const|Rev|Ann|Laws|Reg|Regs|Admin|Gen|Comp|Acts)\b\.?")
+# Words of statute and regulation citations, never of a case reporter: "12 C.F.R. Part 1026" and "85 Fed. Reg. 123"
+# are regulations, "42 U.S.C. 1983" a statute (issue 40: a C.F.R. part was judged a reporter that does not exist).
+_STATUTE_WORDS = re.compile(r"\b(?:Code|Codes|C\.\s?S|Stat|Stats|Const|Rev|Ann|Laws|Reg|Regs|Admin|Gen|Comp|Acts|"
+                            r"C\.?\s?F\.?\s?R|U\.?\s?S\.?\s?C|Parts?|Pub|Title|Sec|Art|Rule|Rules)\b\.?")
 _PARENTHETICAL = re.compile(r"^(?:,\s*\d+(?:[-–]\d+)?)*\s*\((?P<inside>[^()]{0,80})\)")
 _YEAR = re.compile(r"\b(1[6-9]\d{2}|20\d{2})\b")
 _MONTH_DAY = re.compile(r"\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sept?|Oct|Nov|Dec)[a-z]*\.?\s+\d{1,2},?", re.I)

@@ -20,6 +20,7 @@ from functools import lru_cache
 
 from knowledge_graphs.model import Fact, KnowledgeGraph
 from rules.claims import Document
+from rules.extraction import polarity
 from rules.mentions import Mention
 
 # relations a curated label gives a drug; a drug with any of them "has a label"
@@ -79,10 +80,22 @@ def _parenthetical_partners(doc: Document) -> dict[tuple[int, int], list[Mention
 
 
 def drug_for(doc: Document, position: int) -> Mention | None:
-    """The labelled drug a value at `position` is about (nearest compatible antecedent)."""
+    """The labelled drug a value at `position` is about (nearest compatible antecedent); a drug that only names
+    a condition ("aspirin-induced asthma") is not a subject."""
     if doc.kg is None:
         return None
-    return doc.antecedent(position, ["drug"], accept=lambda m: is_labelled(doc, m))
+    return doc.antecedent(position, ["drug"],
+                          accept=lambda m: is_labelled(doc, m) and not modifies_a_condition(doc.text, m))
+
+
+_CONDITION_MODIFIER = re.compile(r"[-\u2010\u2011 ](?:induced|sensitive|sensitivity|exacerbated|intoleran\w*|"
+                                 r"associated|related|allerg\w*|hypersensitivity|resistant|naive|refractory)\b", re.I)
+
+
+def modifies_a_condition(text: str, mention: Mention) -> bool:
+    """"aspirin-induced asthma", "NSAID-sensitive", "penicillin allergy": the drug names a condition here, not a
+    drug taken (the subject of a dose, a partner of an interaction)."""
+    return not mention.in_prompt and bool(_CONDITION_MODIFIER.match(text, mention.end))
 
 
 def facts_of(doc: Document, ids: Iterable[str], relation: str) -> list[Fact]:
@@ -301,9 +314,6 @@ def _conditions_in_scope(doc: Document, position: int) -> list[Mention]:
     return found
 
 
-# -- negation -------------------------------------------------------------------------------------------
-NEGATION = re.compile(r"\b(not|never|no|cannot|neither|nor|without)\b|n't\b|\bn[o']t\b", re.I)
-
-
+# -- negation (the shared polarity rules, `rules.extraction.polarity`) -------------------------------------
 def negated_between(doc: Document, start: int, end: int) -> bool:
-    return bool(NEGATION.search(doc.text[start:end]))
+    return polarity.negated_between(doc.text, start, end)

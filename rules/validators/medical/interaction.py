@@ -23,8 +23,9 @@ from knowledge_graphs.model import Fact
 from rules.claims import Document
 from rules.mentions import Mention
 from rules.report import Evidence
+from rules.extraction.polarity import negated_before
 from rules.validators.base import Finding, kg_evidence, validator
-from rules.validators.medical.context import is_labelled, labelled_drug_ids
+from rules.validators.medical.context import is_labelled, labelled_drug_ids, modifies_a_condition
 from rules.validators.medical.relations import class_closure
 
 _DENIAL = re.compile(
@@ -48,6 +49,8 @@ _TOGETHER = re.compile(r"^\W*(?:together|combined|in combination)\b|\b(?:togethe
                        r"the two together|taken together)\b", re.I)
 _REFERS = re.compile(r"\b(?:it|it's|its|this drug|the drug|this medication|the medication|they|them|that)\b", re.I)
 PARTNER_TYPES = ("drug", "drug_class")
+_CONTRAINDICATION = re.compile(r"\bcontraindicat\w*", re.I)
+
 
 
 @validator("medical.interaction")
@@ -67,7 +70,7 @@ def interaction(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
                     seg.label is not None and any(seg.label[0] <= m.start < seg.label[1] for m in named)):
                 continue
             text = doc.text[clause[0]:clause[1]]
-            denies = bool(_DENIAL.search(text))
+            denies = bool(_DENIAL.search(text)) or _negated_contraindication(text)
             asserts = bool(_ASSERTION.search(text))
             if not denies and not asserts:
                 continue
@@ -167,12 +170,18 @@ def _antecedent_before(doc: Document, clause: tuple[int, int], partners: list[Me
     return referent
 
 
+def _negated_contraindication(text: str) -> bool:
+    """"is not contraindicated with", "isn't contraindicated", "no contraindication to": a denial, read by the
+    shared polarity rules (a contraindication stated under a negation cue)."""
+    return any(negated_before(text, m.start(), words=3) for m in _CONTRAINDICATION.finditer(text))
+
+
 def _merged(doc: Document) -> list[Mention]:
     """Drug and class mentions, one per span ("nitrates" is both a drug synonym and a class)."""
     if "interaction_mentions" not in doc.cache:
         merged: dict[tuple[int, int], Mention] = {}
         for mention in doc.mentions(PARTNER_TYPES):
-            if mention.in_prompt:
+            if mention.in_prompt or modifies_a_condition(doc.text, mention):
                 continue
             known = merged.get((mention.start, mention.end))
             if known is None or (known.entity_type == "drug" and not is_labelled(doc, known)):

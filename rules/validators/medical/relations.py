@@ -31,13 +31,13 @@ from rules.mentions import Mention
 from rules.report import Evidence
 from rules.validators.base import Finding, kg_evidence, validator
 from rules.validators.medical.context import (
-    NEGATION,
     brand_fact,
     drug_for,
     drug_ids,
     facts_of,
     is_labelled,
     labelled_drug_ids,
+    negated_between,
 )
 
 # -- indications and contraindications ----------------------------------------------------------------
@@ -106,7 +106,7 @@ def indication(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
         span = (start, condition.end)
         if _outcome_of_indication(doc, conditions, condition, clause):
             continue
-        negated = bool(NEGATION.search(doc.text[start:condition.start])) or bool(
+        negated = negated_between(doc, start, condition.start) or bool(
             re.search(r"\b(?:isn't|is not|aren't|not|never)\b[^.;,]{0,20}$", doc.text[clause[0]:start]))
         # what the exclusive claim allows: every condition its sentence names ("only for X and, as Y, for Z")
         named = {i for m in conditions if seg.start <= m.start < seg.end for i in m.entity_ids}

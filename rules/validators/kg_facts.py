@@ -1,0 +1,327 @@
+"""`kg.facts`: any KG fact whose relation is declared with aliases, checked in free text without new code.
+
+For each phrase that names a declared relation ("insured up to", "reversal agent", "ratified in"):
+1. the subject: the nearest mention before the phrase in its clause of an entity that has facts of that relation,
+   else after it, else the clause's structure and earlier sentences (`Document.antecedent`);
+2. the value: of the relation's kind (money, percent, duration, quantity, count, year, date, entity, text),
+   nearest after the phrase in the clause, else before it;
+3. the facts that apply: those valid at the time the sentence refers to ("the 2024 limit"), or today when it
+   names none; then those whose qualifiers the segment names ("large accelerated filer"), when they differ;
+4. the verdict, read with the shared polarity rules: a value equal to the fact is supported (contradicted when
+   negated); a different value of a functional relation is contradicted (supported when negated); anything
+   ambiguous (two years named, facts that differ by a qualifier the text does not name, a unit that cannot be
+   compared, a relation that lists several values) is unverifiable, with the reason in the evidence.
+
+Precision first: this validator never guesses. Relations handled by a validator of their own (dose maxima,
+thresholds, list memberships, citations) are not declared with aliases and so never reach it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from knowledge_graphs.model import Fact, KnowledgeGraph, RelationSpec, normalise_alias
+from rules.claims import Document
+from rules.extraction.polarity import negated_before, negated_between
+from rules.extraction.time_reference import time_reference
+from rules.extraction.values import Value, duration_in_base, find_values, same_quantity
+from rules.mentions import Mention
+from rules.report import Evidence
+from rules.validators.base import Finding, kg_evidence, validator
+
+# Qualifier keys that describe a fact rather than select it.
+_DESCRIPTIVE = frozenset({"note", "comparison", "value_aliases", "tax_year", "as_of", "source_note"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Phrase:
+    start: int
+    end: int
+    spec: RelationSpec
+
+
+@dataclass(frozen=True, slots=True)
+class _RelationIndex:
+    pattern: re.Pattern[str] | None
+    aliases: tuple[tuple[re.Pattern[str], tuple[RelationSpec, ...]], ...]   # each alias's own pattern, longest first
+    subject_types: dict[str, tuple[str, ...]]          # relation -> entity types of its subjects
+    values_by_relation: dict[str, dict[str, set[str]]]  # text relations: normalised value -> subject ids
+
+
+@lru_cache(maxsize=8)
+def _index(kg_key: tuple[int, str], kg: KnowledgeGraph) -> _RelationIndex:
+    del kg_key
+    by_alias: dict[str, list[RelationSpec]] = {}
+    for spec in kg.relations.values():
+        for alias in (*spec.aliases, spec.label.casefold()):
+            by_alias.setdefault(alias, []).append(spec)
+    subject_types: dict[str, set[str]] = {name: set() for name in kg.relations}
+    values: dict[str, dict[str, set[str]]] = {}
+    for fact in kg.facts():
+        spec = kg.relations.get(fact.relation)
+        if spec is None:
+            continue
+        entity = kg.entity(fact.subject)
+        if entity is not None:
+            subject_types[fact.relation].add(entity.type)
+        if spec.value == "text":
+            for form in _text_forms(fact):
+                values.setdefault(fact.relation, {}).setdefault(form, set()).add(fact.subject)
+    aliases = sorted(by_alias, key=len, reverse=True)
+    pattern = re.compile(r"(?<![\w-])(?:" + "|".join(_alias_pattern(a) for a in aliases) + r")(?![\w-])", re.I) if aliases else None
+    own = tuple((re.compile(_alias_pattern(a), re.I), tuple(by_alias[a])) for a in aliases)
+    return _RelationIndex(pattern, own,
+                          {k: tuple(sorted(v)) for k, v in subject_types.items()}, values)
+
+
+def _alias_pattern(alias: str) -> str:
+    """An alias with its words' inflections: "insures deposits up to" also reads "insured", "insure deposit"."""
+    return r"\s+".join(_inflected(word) for word in alias.split())
+
+
+def _inflected(word: str) -> str:
+    if len(word) < 5 or not word.isalpha():
+        return re.escape(word)
+    stem = re.sub(r"(?:ing|ed|es|s)$", "", word) if not word.endswith("ss") else word
+    return re.escape(stem) + r"[a-z]{0,3}"
+
+
+def _text_forms(fact: Fact) -> list[str]:
+    forms = [str(fact.value), *(fact.qualifiers.get("value_aliases") or [])]
+    return [f for f in (normalise_alias(form) for form in forms) if f]
+
+
+@validator("kg.facts")
+def kg_facts(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
+    kg = doc.kg
+    if kg is None or not kg.relations:
+        return []
+    index = _index((id(kg), kg.version), kg)
+    if index.pattern is None:
+        return []
+    today = str(params.get("as_of") or dt.date.today().isoformat())
+    findings: list[Finding] = []
+    seen: set[tuple[int, int]] = set()
+    for match in index.pattern.finditer(doc.text):
+        specs = next((specs for own, specs in index.aliases if own.fullmatch(match.group(0))), ())
+        for spec in specs:
+            phrase = _Phrase(match.start(), match.end(), spec)
+            finding = _judge(doc, kg, index, phrase, today)
+            if finding is not None and finding.span not in seen:
+                seen.add(finding.span)
+                findings.append(finding)
+                break
+    return findings
+
+
+def _judge(doc: Document, kg: KnowledgeGraph, index: _RelationIndex, phrase: _Phrase, today: str) -> Finding | None:
+    spec = phrase.spec
+    clause = doc.clause_of(phrase.start)
+    types = index.subject_types.get(spec.name, ())
+    if not types:
+        return None
+    has_facts = lambda m: any(kg.facts(i, spec.name) for i in m.entity_ids)  # noqa: E731
+    subject = _subject(doc, phrase, clause, types, has_facts)
+    if subject is None:
+        return None
+    facts = [f for i in subject.entity_ids for f in kg.facts(i, spec.name)]
+    if spec.value == "entity":
+        return _judge_entity(doc, kg, phrase, clause, subject, facts)
+    if spec.value == "text":
+        return _judge_text(doc, index, phrase, clause, subject, facts)
+    value = _value(doc, phrase, clause, spec, subject)
+    if value is None:
+        return None
+    span = (min(phrase.start, value.start), max(phrase.end, value.end))
+    negated = negated_before(doc.text, phrase.start, floor=clause[0]) or negated_between(
+        doc.text, min(phrase.end, value.start), max(phrase.end, value.start))
+    seg = doc.segment_of(phrase.start)
+    when = time_reference(doc.text[seg.start:seg.end], skip=(value.start - seg.start, value.end - seg.start))
+    if not when.years and doc.prompt and spec.value not in ("year", "date"):
+        when = time_reference(doc.prompt)
+    if when.ambiguous and spec.value not in ("year", "date"):
+        return _unverifiable(doc, span, spec, subject, f"the sentence names several years ({', '.join(map(str, when.years))}): "
+                             "which one the value is for is ambiguous")
+    applicable = _valid_at(facts, when.year, today) if spec.value not in ("year", "date") else facts
+    if not applicable:
+        period = f"in {when.year}" if when.year else f"on {today}"
+        return _unverifiable(doc, span, spec, subject, f"no {spec.label} fact of {_name(kg, subject)} is valid {period}")
+    applicable = _selected_by_qualifiers(doc.text[seg.start:seg.end], applicable)
+    matching = [f for f in applicable if _equal(value, f, spec)]
+    comparable = [f for f in applicable if _equal(value, f, spec) is not None]
+    distinct = {(f.value, f.unit) for f in applicable}
+    if matching:
+        if len(distinct) > 1 and spec.functional:
+            return _unverifiable(doc, span, spec, subject, "the value matches one of several facts that differ by "
+                                 f"qualifiers the text does not name: {_describe_all(kg, applicable)}", facts=applicable)
+        verdict = "contradicted" if negated else "supported"
+        return _finding(doc, span, spec, subject, verdict, 0.9 if not negated else 0.75, matching[:1], kg)
+    if not comparable:
+        return _unverifiable(doc, span, spec, subject, f"the stated unit cannot be compared with {_describe_all(kg, applicable)}",
+                             facts=applicable)
+    if not spec.functional or len(distinct) > 1 or negated:
+        reason = ("the KG lists this relation's values without claiming the list is complete" if not spec.functional
+                  else f"facts differ by qualifiers the text does not name: {_describe_all(kg, applicable)}"
+                  if len(distinct) > 1 else "a negated value that differs from the fact says nothing certain "
+                  f"(\"not up to X\" is not \"up to Y\"): {_describe_all(kg, applicable)}")
+        return _unverifiable(doc, span, spec, subject, reason, facts=applicable)
+    return _finding(doc, span, spec, subject, "contradicted", 0.85, applicable[:1], kg)
+
+
+def _subject(doc: Document, phrase: _Phrase, clause: tuple[int, int], types: tuple[str, ...], has_facts: Any) -> Mention | None:
+    pool = [m for m in doc.mentions(types) if not m.in_prompt and has_facts(m)]
+    before = [m for m in pool if clause[0] <= m.start and m.end <= phrase.start]
+    if before:
+        return before[-1]
+    after = [m for m in pool if phrase.end <= m.start and m.end <= clause[1]]
+    if after:
+        return after[0]
+    return doc.antecedent(phrase.start, types, accept=has_facts)
+
+
+def _value(doc: Document, phrase: _Phrase, clause: tuple[int, int], spec: RelationSpec, subject: Mention) -> Value | None:
+    text = doc.text[clause[0]:clause[1]]
+    kind = "year" if spec.value == "date" else spec.value
+    values = [Value(v.start + clause[0], v.end + clause[0], v.amount, v.unit) for v in find_values(text, kind)]
+    values = [v for v in values if not (subject.start <= v.start < subject.end) and not (phrase.start <= v.start < phrase.end)]
+    after = [v for v in values if v.start >= phrase.end]
+    if after:
+        return after[0]
+    before = [v for v in values if v.end <= phrase.start]
+    return before[-1] if before else None
+
+
+def _valid_at(facts: list[Fact], year: int | None, today: str) -> list[Fact]:
+    if year is None:
+        return [f for f in facts if f.valid_on(today)]
+    start, end = f"{year}-01-01", f"{year + 1}-01-01"
+    overlapping = [f for f in facts if (f.valid_from is None or f.valid_from < end) and (f.valid_to is None or f.valid_to > start)]
+    by_tax_year = [f for f in overlapping if str(f.qualifiers.get("tax_year", "")) == str(year)]
+    return by_tax_year or overlapping
+
+
+def _selected_by_qualifiers(segment: str, facts: list[Fact]) -> list[Fact]:
+    """The facts whose selecting qualifiers the segment names, when naming them narrows the choice."""
+    if len({(f.value, f.unit) for f in facts}) <= 1:
+        return facts
+    said = f" {normalise_alias(segment)} "
+    named: dict[int, str] = {}
+    for index, fact in enumerate(facts):
+        for key, value in fact.qualifiers.items():
+            form = normalise_alias(str(value)) if key not in _DESCRIPTIVE and isinstance(value, str) else ""
+            if len(form) > 2 and (f" {form} " in said or f" {form}s " in said):
+                named[index] = max(named.get(index, ""), form, key=len)
+    # "non-accelerated filer" names "accelerated filer" too: a match inside a longer match does not count
+    longest = {i: form for i, form in named.items() if not any(form != other and form in other for other in named.values())}
+    return [facts[i] for i in sorted(longest)] or facts
+
+
+def _equal(stated: Value, fact: Fact, spec: RelationSpec) -> bool | None:
+    """Whether the stated value is the fact's value; None when they cannot be compared."""
+    if not isinstance(fact.value, int | float) or isinstance(fact.value, bool):
+        if spec.value == "date" and isinstance(fact.value, str):
+            return int(stated.amount) == int(fact.value[:4])
+        return None
+    if spec.value == "money":
+        if stated.unit != fact.unit:
+            return None
+        return abs(stated.amount - fact.value) <= max(0.5, 0.001 * abs(fact.value))
+    if spec.value == "percent":
+        return abs(stated.amount - fact.value) <= 0.01
+    if spec.value == "duration":
+        if fact.unit is None or stated.unit is None:
+            return None
+        amount, unit = duration_in_base(float(fact.value), fact.unit)
+        if unit != stated.unit:
+            return None
+        return abs(stated.amount - amount) < 1e-9
+    if spec.value == "quantity":
+        return same_quantity(stated, float(fact.value), fact.unit)
+    return abs(stated.amount - float(fact.value)) < 1e-9
+
+
+def _judge_entity(doc: Document, kg: KnowledgeGraph, phrase: _Phrase, clause: tuple[int, int], subject: Mention,
+                  facts: list[Fact]) -> Finding | None:
+    spec = phrase.spec
+    object_types = spec.object_types or tuple({e.type for f in facts if (e := kg.entity(f.object or "")) is not None})
+    candidates = [m for m in doc.mentions(object_types) if clause[0] <= m.start < clause[1] and not m.in_prompt
+                  and not set(m.entity_ids) & set(subject.entity_ids)]
+    if not candidates:
+        return None
+    stated = min(candidates, key=lambda m: abs(m.start - phrase.end))
+    span = (min(phrase.start, stated.start, subject.start if subject.start >= clause[0] else phrase.start),
+            max(phrase.end, stated.end))
+    negated = negated_before(doc.text, phrase.start, floor=clause[0])
+    objects = {f.object for f in facts}
+    inverse = [f for i in stated.entity_ids for f in kg.facts(i, spec.name) if f.object in subject.entity_ids]
+    hits = [f for f in facts if f.object in stated.entity_ids] + inverse
+    if hits:
+        return _finding(doc, span, spec, subject, "contradicted" if negated else "supported", 0.85, hits[:1], kg)
+    if not spec.functional or len(objects) != 1:
+        return _unverifiable(doc, span, spec, subject, "not among the KG's listed values of this relation, which are "
+                             "not claimed complete", facts=facts)
+    return _finding(doc, span, spec, subject, "supported" if negated else "contradicted", 0.8, facts[:1], kg)
+
+
+def _judge_text(doc: Document, index: _RelationIndex, phrase: _Phrase, clause: tuple[int, int], subject: Mention,
+                facts: list[Fact]) -> Finding | None:
+    spec = phrase.spec
+    said = f" {normalise_alias(doc.text[clause[0]:clause[1]])} "
+    own = {form for f in facts for form in _text_forms(f)}
+    if any(f" {form} " in said for form in own):
+        span = (min(subject.start, phrase.start) if subject.start >= clause[0] else phrase.start, clause[1])
+        return _finding(doc, _trim(doc, span), spec, subject, "supported", 0.8, facts[:1], doc.kg)  # type: ignore[arg-type]
+    others = [form for form, subjects in index.values_by_relation.get(spec.name, {}).items()
+              if f" {form} " in said and not subjects & set(subject.entity_ids) and len(form) > 6]
+    if others and spec.functional:
+        span = (min(subject.start, phrase.start) if subject.start >= clause[0] else phrase.start, clause[1])
+        return _finding(doc, _trim(doc, span), spec, subject, "contradicted", 0.75, facts[:1], doc.kg)  # type: ignore[arg-type]
+    return None
+
+
+def _trim(doc: Document, span: tuple[int, int]) -> tuple[int, int]:
+    start, end = span
+    while end > start and doc.text[end - 1] in " .,;:*\n":
+        end -= 1
+    return start, end
+
+
+def _finding(doc: Document, span: tuple[int, int], spec: RelationSpec, subject: Mention, verdict: str, confidence: float,
+             facts: list[Fact], kg: KnowledgeGraph) -> Finding:
+    evidence = [kg_evidence(_describe(kg, f), f.provenance) for f in facts]
+    return Finding(doc.text[span[0]:span[1]], span, spec.name, verdict, confidence, evidence,  # type: ignore[arg-type]
+                   subject=subject.entity_ids[0])
+
+
+def _unverifiable(doc: Document, span: tuple[int, int], spec: RelationSpec, subject: Mention, reason: str,
+                  facts: list[Fact] = ()) -> Finding:  # type: ignore[assignment]
+    evidence = [Evidence(kind="rule", description=f"unverifiable: {reason}")]
+    return Finding(doc.text[span[0]:span[1]], span, spec.name, "unverifiable", 0.5, evidence, subject=subject.entity_ids[0])
+
+
+def _name(kg: KnowledgeGraph, mention: Mention) -> str:
+    entity = kg.entity(mention.entity_ids[0])
+    return entity.name if entity is not None else mention.text
+
+
+def _describe(kg: KnowledgeGraph, fact: Fact) -> str:
+    subject = kg.entity(fact.subject)
+    spec = kg.relations.get(fact.relation)
+    target = (kg.entity(fact.object).name if fact.object and kg.entity(fact.object) else fact.object) or (
+        f"{fact.value:,}" if isinstance(fact.value, int | float) and not isinstance(fact.value, bool) else str(fact.value))
+    unit = f" {fact.unit}" if fact.unit else ""
+    qualifiers = ", ".join(f"{k} {v}" for k, v in fact.qualifiers.items() if k != "value_aliases")
+    period = ""
+    if fact.valid_from or fact.valid_to:
+        period = f", valid {fact.valid_from or '...'} to {fact.valid_to or 'now'}"
+    return (f"{subject.name if subject else fact.subject}: {spec.label if spec else fact.relation} {target}{unit}"
+            f"{f' ({qualifiers})' if qualifiers else ''}{period}")
+
+
+def _describe_all(kg: KnowledgeGraph, facts: list[Fact]) -> str:
+    return "; ".join(_describe(kg, f) for f in facts[:4])

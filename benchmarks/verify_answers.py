@@ -25,16 +25,27 @@ Keys, per domain, overall, per `kind` and per row shape (a claim counts under ev
 - unplanted_contradicted: returned contradicted claims that overlap no planted claim (the sets leave no
   deliberate error in unlabelled text, so these are most likely false alarms; informative, no target).
 
+Splits (issue 40): every labelled set is split into dev and test. The first round's sets
+(`benchmarks/data/answers_<domain>.jsonl`) were tuned on and are dev whole. Each later round
+(`benchmarks/data/round<N>/answers_<domain>.jsonl`, written blind to the code and frozen before any tuning) is split
+by a hash of its row ids: a third dev, two thirds test. Results are reported per split side by side; `--failures`
+prints dev failures only, never a test row: the test split is judged by its aggregate numbers alone.
+
+Reliability (per split): the planted claims that got a verdict (supported or contradicted), binned by the confidence
+the verifier reported, with the share of them that were right in each bin and the expected calibration error.
+Fabricated references (kinds `fabricated_*`) are counted by outcome; rows tagged `mixed_domain` get their own row.
+
 Errata: `benchmarks/data/answers_errata.jsonl` names rows whose label is wrong by real-world fact
 ({"id", "span", "label": corrected, "source", "reason"}); the answer files themselves are frozen. The raw
 numbers are the headline; `errata_applied` repeats the domain/overall keys with the corrected labels.
 
-Run: python -m benchmarks.verify_answers --json [--failures] [--domain medical] [--file extra.jsonl]
+Run: python -m benchmarks.verify_answers --json [--failures] [--split dev|test] [--domain medical] [--file extra.jsonl]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -48,6 +59,17 @@ DATA = Path(__file__).parent / "data"
 DOMAINS = ("finance", "legal", "medical")
 ERRATA = DATA / "answers_errata.jsonl"
 KEYS = ("false_supported", "contradicted_recall", "false_alarm", "confirm_rate", "coverage")
+ROUNDS = sorted(p for p in DATA.glob("round*") if p.is_dir())
+FABRICATED = ("fabricated_reference", "fabricated_citation", "fabricated_unknown")
+BINS = (0.5, 0.6, 0.7, 0.8, 0.9, 1.01)
+
+
+def split_of(set_name: str, row_id: str) -> str:
+    """dev or test: the first round is dev (tuned on); a later round's row is dev for a third of the id hashes."""
+    if set_name == "round1":
+        return "dev"
+    digest = hashlib.sha256(f"{set_name}:{row_id}".encode()).digest()
+    return "dev" if digest[0] % 3 == 0 else "test"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +86,9 @@ class Scored:
     shapes: tuple[str, ...]
     verdict: str                    # supported | contradicted | unverifiable | missing
     returned: tuple[str, ...]       # "verdict kind [start,end) 'text'" of the overlapping returned claims
+    split: str = "dev"
+    confidence: float | None = None  # of the returned claims that gave the verdict (the highest)
+    possible_fabrication: bool = False
 
 
 def load_rows(path: Path) -> list[dict[str, Any]]:
@@ -91,7 +116,7 @@ def overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] < b[1] and b[0] < a[1]
 
 
-def score_row(row: dict[str, Any], domain: str) -> tuple[list[Scored], list[str]]:
+def score_row(row: dict[str, Any], domain: str, split: str = "dev") -> tuple[list[Scored], list[str]]:
     """The planted claims of one row with their verdicts, and the unplanted contradicted claims (described)."""
     from rules import verify
 
@@ -106,11 +131,15 @@ def score_row(row: dict[str, Any], domain: str) -> tuple[list[Scored], list[str]
     scored = []
     for claim, span in planted:
         hits = [c for c in report.claims if overlaps(tuple(c.span), span)]
+        verdict = planted_verdict(c.verdict for c in hits)
         scored.append(Scored(
             row_id=row["id"], domain=domain, span=claim["span"], start=span[0], end=span[1],
             label=bool(claim["label"]), kind=claim.get("kind", "?"), shapes=tuple(row.get("shapes", [])),
-            verdict=planted_verdict(c.verdict for c in hits),
+            verdict=verdict,
             returned=tuple(f"{c.verdict} {c.kind} [{c.span[0]},{c.span[1]}) {c.text!r}" for c in hits),
+            split=split,
+            confidence=max((c.confidence for c in hits if c.verdict == verdict), default=None),
+            possible_fabrication=any(e.kind == "possible_fabrication" for c in hits for e in c.evidence),
         ))
     unplanted = [f"[{row['id']}] contradicted {c.kind} [{c.span[0]},{c.span[1]}) {c.text!r}" for c in report.claims
                  if c.verdict == "contradicted" and not any(overlaps(tuple(c.span), span) for _, span in planted)]
@@ -147,16 +176,73 @@ def is_failure(item: Scored, label: bool) -> bool:
     return item.verdict != ("supported" if label else "contradicted")
 
 
-def evaluate(sources: dict[str, list[dict[str, Any]]]) -> tuple[list[Scored], dict[str, list[str]], float]:
+def evaluate(sources: dict[str, list[dict[str, Any]]], splits: dict[str, str] | None = None
+             ) -> tuple[list[Scored], dict[str, list[str]], float]:
+    """Score every row; `splits` maps a row id to its split (dev when absent). Unplanted contradicted claims are
+    kept per split and domain ("test:finance")."""
     items: list[Scored] = []
     unplanted: dict[str, list[str]] = defaultdict(list)
     started = time.perf_counter()
     for domain, rows in sources.items():
         for row in rows:
-            scored, extra = score_row(row, row.get("domain", domain) if row.get("domain") in DOMAINS else domain)
+            split = (splits or {}).get(row["id"], "dev")
+            scored, extra = score_row(row, row.get("domain", domain) if row.get("domain") in DOMAINS else domain, split)
             items += scored
-            unplanted[domain] += extra
+            unplanted[f"{split}:{domain}"] += extra
     return items, dict(unplanted), time.perf_counter() - started
+
+
+def reliability(items: list[Scored]) -> dict[str, Any]:
+    """Confidence bins of the planted claims that got a verdict, with the share that was right, and the ECE."""
+    judged = [i for i in items if i.verdict in ("supported", "contradicted") and i.confidence is not None]
+    rows = []
+    error = 0.0
+    for low, high in zip(BINS, BINS[1:]):
+        members = [i for i in judged if low <= i.confidence < high]  # type: ignore[operator]
+        if not members:
+            continue
+        right = sum((i.verdict == "supported") == i.label for i in members)
+        mean = sum(i.confidence for i in members) / len(members)  # type: ignore[misc]
+        accuracy = right / len(members)
+        error += abs(mean - accuracy) * len(members)
+        rows.append({"bin": f"[{low:.1f}, {min(high, 1.0):.1f}]", "claims": len(members), "mean_confidence": round(mean, 3),
+                     "right": round(accuracy, 3)})
+    below = sum(1 for i in judged if i.confidence < BINS[0])  # type: ignore[operator]
+    return {"bins": rows, "below_0.5": below, "ece": round(error / len(judged), 4) if judged else None}
+
+
+def fabrication_outcomes(items: list[Scored]) -> dict[str, int]:
+    """Fabricated references by what the verifier did with them."""
+    outcomes = {"contradicted": 0, "possible_fabrication": 0, "unverifiable": 0, "supported": 0, "no_claim": 0}
+    for item in items:
+        if item.kind not in FABRICATED or item.label:
+            continue
+        if item.verdict == "missing":
+            outcomes["no_claim"] += 1
+        elif item.verdict == "unverifiable" and item.possible_fabrication:
+            outcomes["possible_fabrication"] += 1
+        else:
+            outcomes[item.verdict] += 1
+    return outcomes
+
+
+def summarise_splits(items: list[Scored], unplanted: dict[str, list[str]], errata: dict[tuple[str, str], bool]
+                     ) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for split in ("dev", "test"):
+        mine = [i for i in items if i.split == split]
+        if not mine:
+            continue
+        own = {key.split(":", 1)[1]: found for key, found in unplanted.items() if key.startswith(f"{split}:")}
+        summary = summarise(mine, own, errata)
+        summary["reliability"] = reliability(mine)
+        summary["fabricated_references"] = fabrication_outcomes(mine)
+        mixed = [i for i in mine if "mixed_domain" in i.shapes]
+        summary["mixed_domain"] = metrics(mixed) if mixed else None
+        if split == "test":
+            summary.pop("by_kind")     # kinds name facts; the test split reports by domain and shape only
+        out[split] = summary
+    return out
 
 
 def summarise(items: list[Scored], unplanted: dict[str, list[str]], errata: dict[tuple[str, str], bool]) -> dict[str, Any]:
@@ -193,44 +279,69 @@ def print_failures(items: list[Scored], errata: dict[tuple[str, str], bool]) -> 
 
 
 def _table(result: dict[str, Any]) -> str:
-    lines = [f"{'':10s} {'false_sup':>9s} {'c_recall':>9s} {'f_alarm':>9s} {'confirm':>9s} {'coverage':>9s} "
-             f"{'claims':>6s} {'unplanted_c':>11s}"]
-    rows = [*result["domains"].items(), ("overall", result["overall"])]
-    for name, m in rows:
-        cells = " ".join(f"{m[k]:9.3f}" if m[k] is not None else f"{'-':>9s}" for k in KEYS)
-        lines.append(f"{name:10s} {cells} {m['claims']:6d} {m['unplanted_contradicted']:11d}")
+    lines = []
+    for split in ("dev", "test"):
+        part = result.get(split)
+        if part is None:
+            continue
+        lines.append(f"{split}  {'false_sup':>9s} {'c_recall':>9s} {'f_alarm':>9s} {'confirm':>9s} {'coverage':>9s} "
+                     f"{'claims':>6s} {'unplanted_c':>11s}")
+        for name, m in [*part["domains"].items(), ("overall", part["overall"])]:
+            cells = " ".join(f"{m[k]:9.3f}" if m[k] is not None else f"{'-':>9s}" for k in KEYS)
+            lines.append(f"  {name:8s} {cells} {m['claims']:6d} {m['unplanted_contradicted']:11d}")
+        reliability_rows = ", ".join(f"{b['bin']} {b['claims']} right {b['right']:.2f}" for b in part["reliability"]["bins"])
+        lines.append(f"  reliability (ECE {part['reliability']['ece']}): {reliability_rows}")
+        lines.append(f"  fabricated references: {part['fabricated_references']}")
     return "\n".join(lines)
+
+
+def load_sources(domains: list[str] | None, files: list[Path]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str]]:
+    """Rows per domain and each row's split: the given files (dev), or the first round and every later round."""
+    sources: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    splits: dict[str, str] = {}
+    if files:
+        for path in files:
+            for row in load_rows(path):
+                sources[row["domain"]].append(row)
+    else:
+        for domain in DOMAINS:
+            sources[domain] += load_rows(DATA / f"answers_{domain}.jsonl")
+            for folder in ROUNDS:
+                path = folder / f"answers_{domain}.jsonl"
+                if path.is_file():
+                    for row in load_rows(path):
+                        splits[row["id"]] = split_of(folder.name, row["id"])
+                        sources[domain].append(row)
+    return {d: rows for d, rows in sources.items() if d in DOMAINS and (not domains or d in domains)}, splits
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--domain", choices=DOMAINS, action="append", help="limit to a domain (repeatable)")
+    parser.add_argument("--split", choices=("dev", "test"), help="score one split only")
     parser.add_argument("--file", type=Path, action="append", default=[],
-                        help="score another answer file of the same format instead (repeatable; rows name their domain)")
+                        help="score another answer file of the same format instead, as dev (repeatable; rows name "
+                             "their domain)")
     parser.add_argument("--failures", action="store_true",
-                        help="print each planted claim that misses its target (span and what came back), then each "
-                             "unplanted contradicted claim, on stderr")
+                        help="print each dev planted claim that misses its target (span and what came back), then each "
+                             "unplanted contradicted claim of dev, on stderr; test rows are never printed")
     args = parser.parse_args(argv)
     try:
-        if args.file:
-            sources: dict[str, list[dict[str, Any]]] = defaultdict(list)
-            for path in args.file:
-                for row in load_rows(path):
-                    sources[row["domain"]].append(row)
-            sources = {d: rows for d, rows in sources.items() if d in DOMAINS and (not args.domain or d in args.domain)}
-        else:
-            sources = {d: load_rows(DATA / f"answers_{d}.jsonl") for d in args.domain or DOMAINS}
+        sources, splits = load_sources(args.domain, args.file)
     except (OSError, ValueError, KeyError) as exc:
         print(f"verify_answers: cannot read the answer files: {exc}", file=sys.stderr)
         return 2
+    if args.split:
+        sources = {d: [r for r in rows if splits.get(r["id"], "dev") == args.split] for d, rows in sources.items()}
     errata = load_errata()
-    items, unplanted, seconds = evaluate(sources)
-    result = {"benchmark": "verify_answers", **summarise(items, unplanted, errata), "seconds": round(seconds, 2)}
+    items, unplanted, seconds = evaluate(sources, splits)
+    result = {"benchmark": "verify_answers", **summarise_splits(items, unplanted, errata), "seconds": round(seconds, 2)}
     if args.failures:
-        print_failures(items, errata)
-        for described in (u for domain in sorted(unplanted) for u in unplanted[domain]):
-            print(f"unplanted: {described}", file=sys.stderr)
+        print_failures([i for i in items if i.split == "dev"], errata)
+        for key in sorted(k for k in unplanted if k.startswith("dev:")):
+            for described in unplanted[key]:
+                print(f"unplanted: {described}", file=sys.stderr)
     if args.json:
         print(json.dumps(result))
     else:

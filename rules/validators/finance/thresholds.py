@@ -106,6 +106,8 @@ class _Regulation:
     ids: tuple[str, ...]
     text: str
     start: int
+    by_institution: bool = False     # a family named earlier, narrowed by the institution named at the amount
+    by_antecedent: bool = False      # named only in an earlier sentence or the question
 
 
 @validator("finance.thresholds")
@@ -159,14 +161,14 @@ def _regulation_for(doc: Document, seg: Segment, position: int) -> _Regulation |
     found = doc.antecedent(position, ["regulation"], accept=lambda m: any(
         doc.kg.facts(i, "threshold") for i in m.entity_ids if doc.kg is not None))
     if found is not None:
-        return _Regulation(found.entity_ids, found.text, found.start if not found.in_prompt else -1)
+        return _Regulation(found.entity_ids, found.text, found.start if not found.in_prompt else -1, by_antecedent=True)
     # a family named earlier, and an institution now ("Casinos use $5,000 as well")
     institution = next((name for name, pattern in _INSTITUTIONS if pattern.search(scope_text)), None)
     earlier = doc.text[:clause[0]] + " " + (doc.prompt or "")
     for family, words in _FAMILY_WORDS.items():
         ids = _family_member(doc, family, institution) if institution and words.search(earlier) else ()
         if ids:
-            return _Regulation(ids, family.upper(), -1)
+            return _Regulation(ids, family.upper(), -1, by_institution=True)
     return None
 
 
@@ -264,7 +266,31 @@ def _judge_amount(doc: Document, seg: Segment, money: Money, upper: Money | None
         handled.add(clause)
         amount, how = _consequence_amount(doc, money, facts, clause)
         return _judge_consequence(doc, amount, how, facts, clause)
+    if not _states_a_threshold(doc, seg, money, upper, clause, regulation):
+        return None
     return _judge_statement(doc, money, upper, facts, clause, regulation)
+
+
+# What makes an amount a statement of the rule's threshold rather than an example, a penalty or another measure:
+# a comparison or a threshold word at the amount, the rule named where the amount is (its clause, label or row) or
+# referred to as "the threshold", and no word of another measure in the clause (issue 40: memos and emails).
+_THRESHOLD_WORDS = re.compile(r"\b(?:thresholds?|limits?|line|triggers?|triggered|kicks? in|reportable|reporting|caps?|capped|"
+                              r"ceiling|maximum|minimum|report(?:ed|s)?\s+(?:for|when|on|if)|applies|cutoff|cut-off|bar|"
+                              r"(?:must|has to|have to|needs? to|required to|should)\s+(?:be\s+)?\w+)\b", re.I)
+_OTHER_MEASURE = re.compile(r"\b(?:penalt\w*|fines?|fined|forfeit\w*|prison|imprison\w*|jail|face (?:amount|value)|greater of|"
+                            r"per violation|per day|balances?|salar\w*|wages?|fees?|price\w*|costs?|worth|valued|net worth|"
+                            r"income|insur\w*|coverage|deductible|bond|bail|reward|award\w*|damages|premium|"
+                            r"paid|pays|paying|bought|spent|sold|charged|loan\w*)\b", re.I)
+
+
+def _states_a_threshold(doc: Document, seg: Segment, money: Money, upper: Money | None, clause: tuple[int, int],
+                        regulation: _Regulation) -> bool:
+    text = doc.text[clause[0]:clause[1]]
+    before = doc.text[max(clause[0], money.start - 40):money.start]
+    after = doc.text[money.end:min(clause[1], money.end + 20)]
+    cued = bool(_GT_BEFORE.search(before) or _GE_BEFORE.search(before) or _GE_AFTER.match(after)) or upper is not None \
+        or seg.label is not None or bool(seg.cells) or regulation.by_institution or bool(_THRESHOLD_WORDS.search(text))
+    return cued and not _OTHER_MEASURE.search(text)
 
 
 _TOTAL_BEFORE = re.compile(r"\b(?:total(?:\s+of)?|combined|altogether|in all|sum of|aggregate(?:\s+of)?)\s+$", re.I)
@@ -312,6 +338,11 @@ def _judge_statement(doc: Document, money: Money, upper: Money | None, facts: li
     matching = [f for f in facts if abs(float(f.value) - money.amount) < 0.5]
     subject = facts[0].subject
     assertion = (subject, f"threshold:{money.currency}", money.amount)
+    if not matching and _attribution_uncertain(doc, money, clause, regulation, facts):
+        return Finding(text, span, "threshold", "unverifiable", 0.5, [Evidence(kind="rule", description=(
+            f"unverifiable: {doc.text[money.start:money.end]} is not among the thresholds of {regulation.text}, but the "
+            "rule is named only in another sentence, or another of its thresholds matches: which rule or measure the "
+            "amount is stated for is ambiguous"))], subject=subject)
     if not matching:
         return Finding(text, span, "threshold", "contradicted", 0.9, [kg_evidence(
             f"{_describe(f)}; the text says {doc.text[money.start:money.end]}", f.provenance) for f in facts],
@@ -332,6 +363,27 @@ def _judge_statement(doc: Document, money: Money, upper: Money | None, facts: li
             f"{comparison} (so exactly {fact.value:,.0f} is {'covered' if rule == 'at least' else 'not covered'})")],
             subject=subject, assertion=assertion)
     return Finding(text, span, "threshold", "supported", 0.9, evidence, subject=subject, assertion=assertion)
+
+
+def _attribution_uncertain(doc: Document, money: Money, clause: tuple[int, int], regulation: _Regulation,
+                           facts: list[Fact]) -> bool:
+    """Precision first (issue 40): a mismatched amount is contradicted only when it is surely stated for this rule and
+    measure: the rule named with the amount (or "the threshold" referred to), and no other threshold of the rule or
+    its siblings equal to it."""
+    assert doc.kg is not None
+    text = doc.text[clause[0]:clause[1]]
+    if regulation.by_antecedent and not (_ANAPHOR.search(text) or _PRONOUN_SUBJECT.match(text)):
+        return True
+    chosen = {f.subject for f in facts}
+    same_rule = [f for rid in chosen for f in doc.kg.facts(rid, "threshold") if str(f.unit).upper() == money.currency]
+    return any(abs(float(f.value) - money.amount) < 0.5 for f in same_rule)
+
+
+_PRONOUN_SUBJECT = re.compile(r"^\W*(?:it|it's|its|this|that|they|these|the (?:report|form|rule|regulation|requirement|"
+                              r"filing|obligation))\b", re.I)
+# words that refer back to a rule's threshold named earlier ("the threshold is $5,000", "that line")
+_ANAPHOR = re.compile(r"\b(?:the|that|this|its|their)\s+(?:(?:reporting|filing|dollar|cash)\s+)?(?:threshold|limit|line|"
+                      r"cutoff|cut-off|trigger|amount)\b", re.I)
 
 
 def _reportable(amount: float, fact: Fact) -> bool:

@@ -197,7 +197,7 @@ def reliability(items: list[Scored]) -> dict[str, Any]:
     judged = [i for i in items if i.verdict in ("supported", "contradicted") and i.confidence is not None]
     rows = []
     error = 0.0
-    for low, high in zip(BINS, BINS[1:]):
+    for low, high in zip(BINS, BINS[1:], strict=False):
         members = [i for i in judged if low <= i.confidence < high]  # type: ignore[operator]
         if not members:
             continue

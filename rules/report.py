@@ -40,6 +40,7 @@ class Claim(BaseModel):
     evidence: list[Evidence] = Field(default_factory=list)
     rule_ids: list[str] = Field(default_factory=list)
     subject: str | None = None     # KG entity id the claim is about, when linked
+    domain: str | None = None      # the domain whose checkers judged it (an answer may span several)
 
 
 class Citation(BaseModel):
@@ -62,11 +63,17 @@ class GateAction(BaseModel):
     on_fail: OnFail
 
 
+class DomainVersions(BaseModel):
+    kg: str | None
+    rule_pack: str
+
+
 class Versions(BaseModel):
     kg: str | None
     rule_pack: str
     packages: dict[str, str]
     evaluator: str
+    other_domains: dict[str, DomainVersions] = Field(default_factory=dict)   # domains the answer also touched
 
 
 class Report(BaseModel):

@@ -22,6 +22,7 @@ FLAG_PAIRS = {
     "has_contradicted": ("--has-contradicted", "--no-contradicted"),
     "stale": ("--stale", "--current-pack"),
     "reviewed": ("--reviewed", "--unreviewed"),
+    "kg_withdrawn": ("--kg-withdrawn", "--no-kg-withdrawn"),
 }
 _METAVARS = {"since": "WHEN", "until": "WHEN", "recorded_since": "WHEN", "recorded_until": "WHEN", "q": "TEXT"}
 

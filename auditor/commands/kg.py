@@ -3,11 +3,15 @@
     auditor kg import --domain finance --format ofac-sdn sdn.csv --as-of 2026-12-01
     auditor kg import --domain medical --format formulary formulary.csv --name st-example
     auditor kg list [--domain legal]
+    auditor kg stats [--domain finance]       # entities and facts per relation of the packaged KGs
     auditor kg diff 3f9916d8 28dbdd03
     auditor kg rollback 3f9916d8              # the packaged legal KG again (a new version row)
     auditor kg reaudit --older-than 28dbdd03  # re-score records judged under earlier legal versions
+    auditor kg reaudit --withdrawn            # re-score records whose verdicts cite facts a rollback withdrew
 
-Formats: ofac-sdn (finance), formulary (medical), cases (legal, SCDB columns), triples (any domain, JSONL).
+Formats: ofac-sdn (finance), formulary (medical), cases (legal, SCDB columns), triples (any domain, JSONL);
+the public sources' own: gleif-lei, sec-tickers, iso4217-xml (finance), uslm-xml, courtlistener-citations
+(legal), openfda-label, rxnorm-rrf (medical), ecfr-xml, eurlex (any domain). See docs/knowledge.md.
 Once any API key exists, imports and rollbacks name an admin key (`--key`, or AUDITOR_API_KEY); the key id
 goes into every imported fact's provenance. Serving processes pick a new version up within
 AUDITOR_KG_REFRESH_S seconds (or `POST /v1/kg/reload`).
@@ -54,6 +58,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     listing.add_argument("--domain", choices=DOMAINS, help="only this domain's versions")
     add_json_flag(listing, "the versions")
     listing.set_defaults(func=_list)
+    stats = actions.add_parser("stats", help="entities, and facts per relation, of the packaged KGs")
+    stats.add_argument("--domain", choices=DOMAINS, help="only this domain")
+    add_json_flag(stats, "the counts")
+    stats.set_defaults(func=_stats)
     diff = actions.add_parser("diff", help="entities and facts that differ between two versions")
     diff.add_argument("before", help="the older version (hash, 6+ characters of it, or domain@seq)")
     diff.add_argument("after", help="the newer version")
@@ -64,12 +72,51 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rollback.add_argument("version", help="a version hash (or 6+ characters of it), or domain@seq")
     rollback.add_argument("--key", help="an admin API key (default: AUDITOR_API_KEY)")
     rollback.set_defaults(func=_rollback)
-    reaudit = actions.add_parser("reaudit", help="re-score records judged under KG versions older than VERSION")
-    reaudit.add_argument("--older-than", required=True, dest="older_than",
-                         help="re-score records judged under versions before this one")
+    reaudit = actions.add_parser("reaudit", help="re-score records judged under KG versions older than VERSION, "
+                                                 "or whose verdicts cite facts a rollback withdrew")
+    which = reaudit.add_mutually_exclusive_group(required=True)
+    which.add_argument("--older-than", dest="older_than",
+                       help="re-score records judged under versions before this one, and those whose verdicts cite "
+                            "an imported fact its domain's current version no longer holds")
+    which.add_argument("--withdrawn", action="store_true",
+                       help="re-score only the records whose verdicts cite an imported fact the current version "
+                            "no longer holds (after a rollback, or an import that replaced an earlier one)")
+    reaudit.add_argument("--domain", choices=DOMAINS, help="with --withdrawn: only this domain's records")
     reaudit.add_argument("--chunk-size", type=int, default=None, help="records per task")
     reaudit.add_argument("--detach", action="store_true", help="return once the job is queued (needs workers)")
     reaudit.set_defaults(func=_reaudit)
+
+
+# -- stats ----------------------------------------------------------------------------------------------
+
+
+def _stats(args: argparse.Namespace) -> int:
+    counts = {domain: kg_stats(packaged_kg(domain)) for domain in ([args.domain] if args.domain else DOMAINS)}
+    if args.json:
+        print(json.dumps(counts))
+        return 0
+    console = Console()
+    for domain, found in counts.items():
+        console.print(f"{domain} KG {found['version']}: {found['entities']} entities, {found['facts']} facts "
+                      f"({found['facts_with_period']} with a validity period), {found['declared_relations']} relations "
+                      "declared with aliases")
+        table = Table("relation", "facts", "with a period")
+        for relation, (facts, dated) in found["by_relation"].items():
+            table.add_row(relation, str(facts), str(dated))
+        console.print(table)
+    return 0
+
+
+def kg_stats(kg: Any) -> dict[str, Any]:
+    by_relation: dict[str, list[int]] = {}
+    for fact in kg.facts():
+        entry = by_relation.setdefault(fact.relation, [0, 0])
+        entry[0] += 1
+        entry[1] += bool(fact.valid_from or fact.valid_to)
+    ordered = dict(sorted(by_relation.items(), key=lambda item: (-item[1][0], item[0])))
+    return {"version": kg.version, "entities": len(kg), "facts": sum(v[0] for v in ordered.values()),
+            "facts_with_period": sum(v[1] for v in ordered.values()), "declared_relations": len(kg.relations),
+            "by_relation": {k: tuple(v) for k, v in ordered.items()}}
 
 
 # -- import ---------------------------------------------------------------------------------------------
@@ -216,6 +263,8 @@ def _rollback(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from exc
     print(f"{row.domain} KG is now version {row.version_hash} again (seq {row.seq}, rollback to seq "
           f"{row.rollback_to}); serving processes follow within {load_settings().kg_refresh_s:g}s")
+    print(f"verdicts that cite facts this rollback withdrew show as stale until re-judged: "
+          f"`auditor kg reaudit --withdrawn --domain {row.domain}`")
     return 0
 
 
@@ -224,20 +273,26 @@ def _rollback(args: argparse.Namespace) -> int:
 
 def _reaudit(args: argparse.Namespace) -> int:
     """`auditor reaudit start --kg-older-than <full hash>`: a re-audit job over the records whose current
-    verdicts were made under an older version of the same domain's KG."""
+    verdicts were made under an older version of the same domain's KG or cite facts it withdrew;
+    `--withdrawn` (`reaudit start --kg-withdrawn`): only the records whose verdicts cite withdrawn facts."""
     from auditor.cli import main
 
+    tail = (["--chunk-size", str(args.chunk_size)] if args.chunk_size else []) + (["--detach"] if args.detach else [])
+    if args.withdrawn:
+        scope = f"{args.domain} records" if args.domain else "records"
+        print(f"{scope} whose verdicts cite imported facts the current KG versions no longer hold")
+        return main(["reaudit", "start", "--kg-withdrawn", *(["--domain", args.domain] if args.domain else []), *tail])
+    if args.domain:
+        raise CliError("--domain goes with --withdrawn; --older-than names its domain by its version")
     database = open_database(load_settings())
     try:
         with database.engine.connect() as conn:
             target = versions.resolve(conn, args.older_than)
     except versions.KgVersionError as exc:
         raise CliError(str(exc)) from exc
-    print(f"{target.domain} records judged under KG versions older than {target.version_hash} (seq {target.seq})")
-    argv = ["reaudit", "start", "--kg-older-than", target.version_hash]
-    if args.chunk_size:
-        argv += ["--chunk-size", str(args.chunk_size)]
-    return main(argv + (["--detach"] if args.detach else []))
+    print(f"{target.domain} records judged under KG versions older than {target.version_hash} (seq {target.seq}), "
+          f"or citing facts the current version no longer holds")
+    return main(["reaudit", "start", "--kg-older-than", target.version_hash, *tail])
 
 
 def follow_store_once(database: Database, settings: Settings) -> None:

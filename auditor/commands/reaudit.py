@@ -227,6 +227,8 @@ def _print_summary(job: dict[str, Any]) -> None:
           + (f"; packs {packs}" if packs else f"; evaluator {', '.join(summary['evaluator_versions'])}"))
     print(f"FER mean before {before['mean']} (n={before['scored']}) -> after {after['mean']} (n={after['scored']})")
     print(f"claims whose verdict changed: {summary['verdict_changes']['total']}")
+    for cause, count in (summary.get("failures") or {}).get("by_cause", {}).items():   # older jobs have none
+        print(f"failed ({count}): {cause}")
     gates = summary["gate_action_changes"]
     print(f"records whose gate action would now differ: {gates['total']} {gates['by_transition']}"
           + (f" ({gates['no_gate']} imported, never gated)" if gates.get("no_gate") else ""))

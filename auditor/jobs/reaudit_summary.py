@@ -9,12 +9,15 @@
 - records whose gate action would now differ: the output-gate action the record actually got versus
   the action the new verdicts imply under the job's rule pack. Imported outputs never passed the gate,
   so they are counted apart (`no_gate`), never as "allow -> ...";
-- the rule packs the job pinned (version and hash per domain) and the packs its evaluations name.
+- the rule packs the job pinned (version and hash per domain) and the packs its evaluations name;
+- why items failed: the error class and message of each failed record, and the count per cause (a cause is
+  the error class and message, e.g. "ScoringError: the record holds no output text ...").
 Lists are capped at `MAX_LISTED` entries; totals are exact.
 """
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import Counter
 from typing import Any
@@ -32,6 +35,9 @@ MAX_LISTED = 200
 FER_BINS = 10
 _PAGE = 500
 _RANK = {action: rank for rank, action in enumerate(GATE_ACTIONS)}
+# a failure reason names its exception as "<Class>: <message>", maybe after what was tried
+# ("gave up after 4 attempts: OperationalError: database is locked")
+_ERROR = re.compile(r"(?:^|: )(?P<error>[A-Z][A-Za-z0-9_]*): (?P<message>.*)\Z", re.S)
 
 
 def build_summary(session: Session, job: ReauditJob) -> dict[str, Any]:
@@ -43,11 +49,13 @@ def build_summary(session: Session, job: ReauditJob) -> dict[str, Any]:
     transitions: Counter[str] = Counter()
     versions: set[str] = set()
     pack_hashes: set[str] = set()
+    causes: Counter[str] = Counter()
+    failures: list[dict[str, Any]] = []
     last_id = 0
     while True:
         items = session.execute(
             select(ReauditItem.id, ReauditItem.record_id, ReauditItem.status, ReauditItem.evaluation_id,
-                   ReauditItem.before_evaluation_id, ReauditItem.gate_action_after)
+                   ReauditItem.before_evaluation_id, ReauditItem.gate_action_after, ReauditItem.failure_reason)
             .where(ReauditItem.job_id == job.id, ReauditItem.id > last_id).order_by(ReauditItem.id).limit(_PAGE)
         ).all()
         if not items:
@@ -64,6 +72,11 @@ def build_summary(session: Session, job: ReauditJob) -> dict[str, Any]:
             .where(AuditRecord.id.in_([i.record_id for i in items])))}
         for item in items:
             totals[item.status] += 1
+            if item.status == "failed":
+                error, message = failure_cause(item.failure_reason)
+                causes[f"{error}: {message}" if error else message] += 1
+                if len(failures) < MAX_LISTED:
+                    failures.append({"record_id": item.record_id, "error": error, "message": message})
             if item.status != "done":
                 continue
             after = evaluations[item.evaluation_id]
@@ -99,7 +112,18 @@ def build_summary(session: Session, job: ReauditJob) -> dict[str, Any]:
         "verdict_changes": {"total": totals["verdict_changes"], "listed": verdict_changes},
         "gate_action_changes": {"total": totals["gate_changes"], "by_transition": dict(transitions),
                                 "listed": gate_changes, "no_gate": totals["no_gate"]},
+        "failures": {"total": totals["failed"], "by_cause": dict(causes.most_common(MAX_LISTED)),
+                     "listed": failures},
     }
+
+
+def failure_cause(reason: str | None) -> tuple[str | None, str]:
+    """(error class, message) of a failed item's reason; no class where the failure was no exception (a chunk
+    redelivered too often)."""
+    if not reason:
+        return None, "no reason recorded"
+    found = _ERROR.search(reason)
+    return (found["error"], found["message"]) if found else (None, reason)
 
 
 def _pack_versions(session: Session, hashes: set[str]) -> dict[str, str | None]:

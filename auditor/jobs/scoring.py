@@ -228,8 +228,13 @@ def score_record(database: Database, evaluator: Evaluator, request: ScoreRequest
             raise ScoringError("the record holds no output text (hash-only content mode or purged)")
         scored = evaluate_stored(evaluator, text=text, domain=domain, prompt=prompt, details=details)
     except ScoringError as exc:   # anything else (a KG file missing, the database) may heal: caller retries
-        return record_failure(database, request, evaluator_version=evaluator.version, reason=str(exc))
+        return record_failure(database, request, evaluator_version=evaluator.version, reason=failure_text(exc))
     return _insert(database, request, evaluator.version, scored)
+
+
+def failure_text(exc: BaseException) -> str:
+    """A failure reason that names the error class (re-audit summaries count failures by it)."""
+    return f"{type(exc).__name__}: {exc}"
 
 
 def record_failure(database: Database, request: ScoreRequest, *, evaluator_version: str, reason: str) -> Outcome:
@@ -336,7 +341,7 @@ def score_batch(
         except fatal:
             raise
         except ScoringError as exc:
-            scored, failure = None, str(exc)[:2000]
+            scored, failure = None, failure_text(exc)[:2000]
         except Exception as exc:
             result.errors.append((request, exc))
             continue

@@ -172,7 +172,7 @@ def reaudit_chunk_task(self: Task, job_id: str, chunk: int) -> dict[str, Any]:
         if progress.current_record_id is not None:
             reaudit_chunks.fail_record(
                 res.database, res.evaluator.version, job_id=job_id, record_id=progress.current_record_id,
-                reason=f"exceeded the soft time limit of {_SETTINGS.chunk_soft_time_limit_s}s")
+                reason=f"SoftTimeLimitExceeded: exceeded the soft time limit of {_SETTINGS.chunk_soft_time_limit_s}s")
         raise self.retry(countdown=0, max_retries=self.max_retries + 1) from None
     except Exception as exc:
         if self.request.retries >= self.max_retries:

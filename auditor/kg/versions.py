@@ -1,5 +1,5 @@
 """KG versions in the audit store: import a file as an overlay, list, diff and roll back versions, and select
-the records whose verdicts were made under a version older than a given one.
+the records whose verdicts were made under a version older than a given one (or cite facts it withdrew).
 
 A domain's current version is its `kg_versions` row with the highest seq. An import is parsed against the
 current version (so its names resolve against what is served), then committed with a new version row in one
@@ -20,9 +20,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, func, insert, select, text
+from sqlalchemy import ColumnElement, Connection, and_, func, insert, or_, select, text
 
 from auditor.kg.models import KgImport, KgVersion
+from auditor.kg.withdrawn import cites_withdrawn
 from auditor.store.base import new_id, utcnow
 from auditor.store.database import Database
 from auditor.trail.models import RecordVerdict
@@ -292,11 +293,15 @@ def _view(row: Any, *, current: bool = False) -> VersionView:
 
 def judged_before(reference: str) -> ColumnElement[bool]:
     """Current-verdict view rows of the version's domain whose current verdicts (the latest done evaluation,
-    else the output gate's own) were made under a KG version other than `reference` and those created after
-    it. A reference no version row names matches nothing."""
-    first = select(func.min(KgVersion.seq)).where(KgVersion.version_hash == reference).scalar_subquery()
+    else the output gate's own) were made under a KG version other than `reference` and those current since
+    it (a hash a rollback made current again counts from its latest row), and, whatever version they were
+    made under, those that cite an imported fact the domain's current version no longer holds (withdrawn by
+    a rollback or replaced by a later import: `auditor.kg.withdrawn`). A reference no version row names
+    matches nothing."""
+    latest = select(func.max(KgVersion.seq)).where(KgVersion.version_hash == reference).scalar_subquery()
     domain = select(KgVersion.domain).where(KgVersion.version_hash == reference).limit(1).scalar_subquery()
-    newer = select(KgVersion.version_hash).where(KgVersion.domain == domain, KgVersion.seq >= first)
+    newer = select(KgVersion.version_hash).where(KgVersion.domain == domain, KgVersion.seq >= latest)
     judged_under = RecordVerdict.kg_version
-    return and_(RecordVerdict.domain == domain, judged_under.is_not(None), judged_under.not_in(newer))
+    older = and_(judged_under.is_not(None), judged_under.not_in(newer))
+    return and_(RecordVerdict.domain == domain, or_(older, cites_withdrawn(domain)))
 

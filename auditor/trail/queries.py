@@ -21,6 +21,7 @@ from sqlalchemy import Connection, Select, and_, bindparam, func, or_, select, t
 from sqlalchemy.orm import Session
 
 from auditor.kg.versions import judged_before
+from auditor.kg.withdrawn import cites_withdrawn, stale_reasons
 from auditor.packs.registry import active_hashes, versions_by_hash
 from auditor.trail.domain_source import source_condition
 from auditor.trail.models import AuditRecord, Evaluation, RecordVerdict
@@ -135,6 +136,8 @@ def _verdict_conditions(filters: RecordFilter, active_packs: Mapping[str, str] |
         conditions.append(reviewed if filters.reviewed else or_(View.reviewed_ref.is_(None), ~reviewed))
     if filters.kg_older_than is not None:
         conditions.append(judged_before(filters.kg_older_than))
+    if filters.kg_withdrawn is not None:
+        conditions.append(cites_withdrawn() if filters.kg_withdrawn else ~cites_withdrawn())
     if filters.q is not None:
         conditions.append(View.search_text.contains(search_text([filters.q]) or "", autoescape=True))
     return conditions
@@ -218,19 +221,22 @@ def record_views(conn: Connection, shown: Sequence[Shown], *, with_claims: bool 
     hashes = {s.view.rule_pack_hash for s in shown if s.view.rule_pack_hash}
     versions = versions_by_hash(conn, hashes)
     active = active_hashes(conn) if hashes else {}
+    verdict_claims = {item.record.id: (claims.get(item.view.evaluation_id) if item.view.evaluation_id
+                                       else item.record.claims) for item in shown}
+    stale = stale_reasons(conn, verdict_claims) if with_claims else {}
     out = []
     for item in shown:
         record_out = AuditRecordOut.model_validate(item.record)
-        current_claims = (claims.get(item.view.evaluation_id) if item.view.evaluation_id else item.record.claims) \
-            if with_claims else None
+        current_claims = verdict_claims[item.record.id] if with_claims else None
         out.append(record_out.model_copy(update={
             "occurred_at": item.view.occurred_at,
-            "current": current_verdicts(item.view, versions, active, current_claims)}))
+            "current": current_verdicts(item.view, versions, active, current_claims,
+                                        kg_stale_reason=stale.get(item.record.id))}))
     return out
 
 
 def current_verdicts(view: RecordVerdict, versions: Mapping[str, str], active: Mapping[str, str],
-                     claims: list[Any] | None) -> CurrentVerdicts:
+                     claims: list[Any] | None, *, kg_stale_reason: str | None = None) -> CurrentVerdicts:
     pack = None
     if view.rule_pack_hash:
         pack = PackRefOut(version=versions.get(view.rule_pack_hash), hash=view.rule_pack_hash,
@@ -243,5 +249,5 @@ def current_verdicts(view: RecordVerdict, versions: Mapping[str, str], active: M
         verdict_action=view.implied_action, max_severity=view.max_severity, min_confidence=view.min_confidence,
         had_gate=had_gate(view.endpoint, view.kind),
         reviewed=view.reviewed_ref is not None and view.reviewed_ref == verdict_ref(view.evaluation_id),
-        disputed=view.disputed, claims=claims,
+        disputed=view.disputed, claims=claims, kg_stale=kg_stale_reason is not None, kg_stale_reason=kg_stale_reason,
     )

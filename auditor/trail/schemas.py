@@ -83,7 +83,10 @@ class RecordFilter(BaseModel):
     reviewed: bool | None = Field(default=None, description="The current verdicts have a review")
     q: CleanText | None = Field(default=None, min_length=1, max_length=256, description="Text search over claims")
     kg_older_than: str | None = Field(default=None, pattern=r"^[0-9a-f]{16}$",
-                                      description="Current verdicts made under a KG version older than this one")
+                                      description="Current verdicts made under a KG version older than this one, "
+                                                  "or citing a fact its domain's current version withdrew")
+    kg_withdrawn: bool | None = Field(default=None, description="Current verdicts cite an imported KG fact that its "
+                                      "domain's current version no longer holds (rolled back or replaced)")
 
     @field_validator("since", "until", "recorded_since", "recorded_until")
     @classmethod
@@ -156,6 +159,10 @@ class CurrentVerdicts(BaseModel):
     reviewed: bool
     disputed: int
     claims: list[Any] | None = None
+    # The verdicts cite an imported KG fact the current version no longer holds: re-judge them
+    # (`auditor kg reaudit --withdrawn`). The reason names the rollback or import that withdrew it.
+    kg_stale: bool = False
+    kg_stale_reason: str | None = None
 
     @field_validator("evaluated_at")
     @classmethod

@@ -10,7 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from knowledge_graphs.imports import cases, formulary, ofac_sdn, triples
+from knowledge_graphs.imports import (
+    cases,
+    courtlistener,
+    ecfr_xml,
+    eurlex,
+    formulary,
+    gleif_lei,
+    iso4217_xml,
+    ofac_sdn,
+    openfda_label,
+    rxnorm_rrf,
+    sec_tickers,
+    triples,
+    uslm_xml,
+)
 from knowledge_graphs.imports.errors import ImportFileError, RowError
 from knowledge_graphs.imports.overlay import (
     Overlay,
@@ -31,6 +45,16 @@ FORMATS: dict[str, tuple[str | None, Parser]] = {
     "formulary": (formulary.DOMAIN, formulary.parse),
     "cases": (cases.DOMAIN, cases.parse),
     "triples": (None, triples.parse),
+    # the public sources' own formats
+    "gleif-lei": (gleif_lei.DOMAIN, gleif_lei.parse),
+    "sec-tickers": (sec_tickers.DOMAIN, sec_tickers.parse),
+    "iso4217-xml": (iso4217_xml.DOMAIN, iso4217_xml.parse),
+    "ecfr-xml": (None, ecfr_xml.parse),
+    "uslm-xml": (uslm_xml.DOMAIN, uslm_xml.parse),
+    "courtlistener-citations": (courtlistener.DOMAIN, courtlistener.parse),
+    "eurlex": (None, eurlex.parse),
+    "openfda-label": (openfda_label.DOMAIN, openfda_label.parse),
+    "rxnorm-rrf": (rxnorm_rrf.DOMAIN, rxnorm_rrf.parse),
 }
 
 

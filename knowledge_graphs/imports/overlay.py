@@ -1,10 +1,11 @@
 """Overlays: what one import adds to a domain KG, how it is stored, applied and compared.
 
 An overlay holds entities and facts, each fact with the provenance of its row, and `supersedes`: literal
-facts it replaces (a formulary's maximum dose replaces the packaged label's for the same drug, route and
-population). A KG version is the packaged KG plus an ordered list of overlays; its version hash is a hash
-of the packaged version and the overlays' content digests, so the same overlays on the same packaged KG
-always give the same version, and any change of content gives another.
+facts it replaces, matched by subject, relation and the qualifiers its row names (a formulary's maximum dose
+replaces the packaged label's for the same drug, route and population, and setting, formulation or
+indication where the row names them; nothing else). A KG version is the packaged KG plus an ordered list
+of overlays; its version hash is a hash of the packaged version and the overlays' content digests, so the
+same overlays on the same packaged KG always give the same version, and any change of content gives another.
 """
 
 from __future__ import annotations
@@ -22,15 +23,31 @@ from knowledge_graphs.model import Entity, Fact, KnowledgeGraph, Provenance
 
 @dataclass(frozen=True, slots=True)
 class Supersession:
-    """Literal facts `subject -relation->` whose qualifiers include every item of `match`."""
+    """Literal facts `subject -relation->` whose qualifiers include every item of `match` and none of `unless`.
+
+    `unless` keeps facts the importing row does not name although `match` alone would cover them: a formulary
+    row that names no setting is a prescriber's limit, so it leaves the OTC Drug Facts maximum in place."""
 
     subject: str
     relation: str
     match: tuple[tuple[str, Any], ...] = ()
+    unless: tuple[tuple[str, Any], ...] = ()
 
     def covers(self, fact: Fact) -> bool:
         return (fact.subject == self.subject and fact.relation == self.relation and fact.object is None
-                and all(fact.qualifiers.get(key) == value for key, value in self.match))
+                and all(fact.qualifiers.get(key) == value for key, value in self.match)
+                and not any(fact.qualifiers.get(key) == value for key, value in self.unless))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"subject": self.subject, "relation": self.relation, "match": dict(self.match)}
+        if self.unless:   # overlays stored before `unless` existed keep their digests (and their versions)
+            out["unless"] = dict(self.unless)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Supersession:
+        return cls(data["subject"], data["relation"], tuple(sorted(data["match"].items())),
+                   tuple(sorted(data.get("unless", {}).items())))
 
 
 @dataclass(slots=True)
@@ -41,12 +58,19 @@ class Overlay:
     facts: list[Fact] = field(default_factory=list)
     supersedes: list[Supersession] = field(default_factory=list)
     rows: int = 0
+    # What the file covers completely, as data: [{"index": "usc_title", "values": [18, 42]},
+    # {"index": "reporter:U.S.", "from": 1, "to": 600}]; a claim inside a covered range that the overlay
+    # does not hold can be called absent, not merely unknown.
+    coverage: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"domain": self.domain, "name": self.name, "rows": self.rows,
-                "entities": [_entity_json(e) for e in self.entities], "facts": [_fact_json(f) for f in self.facts],
-                "supersedes": [{"subject": s.subject, "relation": s.relation, "match": dict(s.match)}
-                               for s in self.supersedes]}
+        out: dict[str, Any] = {
+            "domain": self.domain, "name": self.name, "rows": self.rows,
+            "entities": [_entity_json(e) for e in self.entities], "facts": [_fact_json(f) for f in self.facts],
+            "supersedes": [s.to_json() for s in self.supersedes]}
+        if self.coverage:                     # an overlay without coverage keeps its digest
+            out["coverage"] = self.coverage
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Overlay:
@@ -56,9 +80,10 @@ class Overlay:
             [Entity(e["id"], e["type"], e["name"], list(e["aliases"]), dict(e["attributes"]),
                     provenance(e["provenance"])) for e in data["entities"]],
             [Fact(f["subject"], f["relation"], f["object"], f["value"], f["unit"], dict(f["qualifiers"]),
-                  provenance(f["provenance"])) for f in data["facts"]],
-            [Supersession(s["subject"], s["relation"], tuple(sorted(s["match"].items()))) for s in data["supersedes"]],
+                  provenance(f["provenance"]), f.get("valid_from"), f.get("valid_to")) for f in data["facts"]],
+            [Supersession.from_json(s) for s in data["supersedes"]],
             int(data.get("rows", 0)),
+            [dict(entry) for entry in data.get("coverage", [])],
         )
 
     def canonical(self) -> bytes:
@@ -132,8 +157,11 @@ def _entity_json(entity: Entity) -> dict[str, Any]:
 
 
 def _fact_json(fact: Fact) -> dict[str, Any]:
-    return {"subject": fact.subject, "relation": fact.relation, "object": fact.object, "value": fact.value,
-            "unit": fact.unit, "qualifiers": fact.qualifiers, "provenance": _provenance_json(fact.provenance)}
+    out = {"subject": fact.subject, "relation": fact.relation, "object": fact.object, "value": fact.value,
+           "unit": fact.unit, "qualifiers": fact.qualifiers, "provenance": _provenance_json(fact.provenance)}
+    if fact.valid_from is not None or fact.valid_to is not None:   # an overlay without periods keeps its digest
+        out |= {"valid_from": fact.valid_from, "valid_to": fact.valid_to}
+    return out
 
 
 def _provenance_json(provenance: Provenance | None) -> dict[str, Any] | None:

@@ -33,10 +33,8 @@ def negated_before(text: str, position: int, *, floor: int = 0, words: int = WIN
     """Whether the words right before `position` (at most `words` of them, not before `floor` nor across a
     termination) hold a negation cue: the NegEx pre-negation window."""
     left = text[floor:position]
-    stop = None
-    for stop in _TERMINATION.finditer(left):
-        pass
-    if stop is not None:
-        left = left[stop.end():]
+    stops = list(_TERMINATION.finditer(left))
+    if stops:
+        left = left[stops[-1].end():]
     window = re.findall(r"\S+", left)[-words:]
     return negated_between(" ".join(window), 0, len(" ".join(window)))

@@ -24,7 +24,8 @@ ABBREVIATIONS = frozenset(
     jr sr art sec ch cl pl ed eds rev cal n.y s.d.n.y d.d.c f l so s.ct ct pub reg approx al
     jan feb mar apr jun jul aug sep sept oct nov dec fig vol pp u.s.c c.f.r""".split()
 )
-_BOUNDARY = re.compile(r"[.!?]+[\"')\]*]*\s+(?=[\"'(\[*]?[A-Z0-9])")
+# a sentence ends at . ! ? (with closing quotes, brackets, emphasis and footnote markers: "esomeprazole.[1] The")
+_BOUNDARY = re.compile(r"[.!?]+(?:\[\d{1,3}\]|[\"')\]*]|\^\d{1,3})*\s+(?=[\"'(\[*]?[A-Z0-9])")
 _LIST_MARKER = re.compile(r"^(?P<indent>\s*)(?:[-*•+]|\d{1,2}[.)])\s+")
 _TABLE_SEPARATOR = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(?:\|\s*:?-{2,}:?\s*)*\|?\s*$")
 # "Label: value" -- a short label (no sentence inside it) before the first colon of the unit

@@ -72,3 +72,10 @@ def kg_evidence(description: str, provenance: Any, *, kind: str = "kg_fact") -> 
         return Evidence(kind=kind, description=description, source="knowledge graph")
     return Evidence(kind=kind, description=description, source=provenance.source,
                     locator=provenance.locator, as_of=provenance.as_of)
+
+
+def possible_fabrication(reference: str, index: str) -> Evidence:
+    """A reference the offline index does not hold, where the index does not cover its range completely: it may be
+    fabricated, or real and outside what the KG holds (issue 48). Marked so records and the console can show it."""
+    return Evidence(kind="possible_fabrication", description=f"possible fabrication: {reference} is not in the "
+                    f"{index}; coverage of this range is partial, so absence is not proof that it does not exist")

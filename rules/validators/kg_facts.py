@@ -129,11 +129,14 @@ def _judge(doc: Document, kg: KnowledgeGraph, index: _RelationIndex, phrase: _Ph
     subject = _subject(doc, phrase, clause, types, has_facts)
     if subject is None:
         return None
+    # a subject named only in an earlier sentence (or the question) may confirm a value, never contradict it: which
+    # entity "the Twenty-second" or "it" means is a guess (precision first)
+    local = subject.in_prompt is False and clause[0] <= subject.start < clause[1] or _in_structure(doc, phrase, subject)
     facts = [f for i in subject.entity_ids for f in kg.facts(i, spec.name)]
     if spec.value == "entity":
         return _judge_entity(doc, kg, phrase, clause, subject, facts)
     if spec.value == "text":
-        return _judge_text(doc, index, phrase, clause, subject, facts)
+        return _judge_text(doc, index, phrase, clause, subject, facts, local)
     value = _value(doc, phrase, clause, spec, subject)
     if value is None:
         return None
@@ -156,14 +159,21 @@ def _judge(doc: Document, kg: KnowledgeGraph, index: _RelationIndex, phrase: _Ph
     comparable = [f for f in applicable if _equal(value, f, spec) is not None]
     distinct = {(f.value, f.unit) for f in applicable}
     if matching:
-        if len(distinct) > 1 and spec.functional:
+        # a value that matches one of several facts differing by a qualifier the text does not name is true in that
+        # reading (reported with less confidence); a negated one may be true in another, so it says nothing
+        several = len(distinct) > 1 and spec.functional
+        if several and negated:
             return _unverifiable(doc, span, spec, subject, "the value matches one of several facts that differ by "
                                  f"qualifiers the text does not name: {_describe_all(kg, applicable)}", facts=applicable)
         verdict = "contradicted" if negated else "supported"
-        return _finding(doc, span, spec, subject, verdict, 0.9 if not negated else 0.75, matching[:1], kg)
+        confidence = 0.7 if several else 0.9 if not negated else 0.75
+        return _finding(doc, span, spec, subject, verdict, confidence, matching[:1], kg)
     if not comparable:
         return _unverifiable(doc, span, spec, subject, f"the stated unit cannot be compared with {_describe_all(kg, applicable)}",
                              facts=applicable)
+    if not local:
+        return _unverifiable(doc, span, spec, subject, f"{_name(kg, subject)} is named only in another sentence: the "
+                             f"value may be about something else ({_describe_all(kg, applicable)})", facts=applicable)
     if not spec.functional or len(distinct) > 1 or negated:
         reason = ("the KG lists this relation's values without claiming the list is complete" if not spec.functional
                   else f"facts differ by qualifiers the text does not name: {_describe_all(kg, applicable)}"
@@ -184,16 +194,33 @@ def _subject(doc: Document, phrase: _Phrase, clause: tuple[int, int], types: tup
     return doc.antecedent(phrase.start, types, accept=has_facts)
 
 
+def _in_structure(doc: Document, phrase: _Phrase, subject: Mention) -> bool:
+    """The subject is the label of the phrase's "Label: value" line or a cell of its table row."""
+    seg = doc.segment_of(phrase.start)
+    if subject.in_prompt or not (seg.start <= subject.start < seg.end):
+        return False
+    return seg.label is not None and seg.label[0] <= subject.start < seg.label[1] or bool(seg.cells)
+
+
 def _value(doc: Document, phrase: _Phrase, clause: tuple[int, int], spec: RelationSpec, subject: Mention) -> Value | None:
     text = doc.text[clause[0]:clause[1]]
     kind = "year" if spec.value == "date" else spec.value
     values = [Value(v.start + clause[0], v.end + clause[0], v.amount, v.unit) for v in find_values(text, kind)]
     values = [v for v in values if not (subject.start <= v.start < subject.end) and not (phrase.start <= v.start < phrase.end)]
-    after = [v for v in values if v.start >= phrase.end]
+    # the value a phrase states stands right after it ("ratified in 1791", "insured up to $250,000") or right before
+    # it ("$250,000 of deposit insurance"); a value further away belongs to something else the sentence says
+    after = [v for v in values if v.start >= phrase.end and _words_between(doc.text, phrase.end, v.start) <= _NEAR_AFTER]
     if after:
         return after[0]
-    before = [v for v in values if v.end <= phrase.start]
+    before = [v for v in values if v.end <= phrase.start and _words_between(doc.text, v.end, phrase.start) <= _NEAR_BEFORE]
     return before[-1] if before else None
+
+
+_NEAR_AFTER, _NEAR_BEFORE = 6, 3
+
+
+def _words_between(text: str, start: int, end: int) -> int:
+    return len(re.findall(r"[\w$€£%]+", text[start:end]))
 
 
 def _valid_at(facts: list[Fact], year: int | None, today: str) -> list[Fact]:
@@ -260,28 +287,68 @@ def _judge_entity(doc: Document, kg: KnowledgeGraph, phrase: _Phrase, clause: tu
     objects = {f.object for f in facts}
     inverse = [f for i in stated.entity_ids for f in kg.facts(i, spec.name) if f.object in subject.entity_ids]
     hits = [f for f in facts if f.object in stated.entity_ids] + inverse
-    if hits:
+    if hits and not _other_time(doc, clause, hits):
         return _finding(doc, span, spec, subject, "contradicted" if negated else "supported", 0.85, hits[:1], kg)
-    if not spec.functional or len(objects) != 1:
-        return _unverifiable(doc, span, spec, subject, "not among the KG's listed values of this relation, which are "
-                             "not claimed complete", facts=facts)
-    return _finding(doc, span, spec, subject, "supported" if negated else "contradicted", 0.8, facts[:1], kg)
+    if hits:
+        return _unverifiable(doc, span, spec, subject, "the sentence dates the fact to a year its KG period does not "
+                             f"cover: {_describe_all(kg, hits)}", facts=hits)
+    # Precision first: a different entity named near the phrase may be the object of another statement, or another
+    # name of the same thing the KG holds under two ids; it is never taken as proof that the claim is wrong.
+    reason = ("not among the KG's listed values of this relation, which are not claimed complete" if not spec.functional
+              else f"the KG names {', '.join(_name_of(kg, o) for o in objects)}; whether {stated.text!r} is another "
+                   "name of it or a different entity is not certain")
+    return _unverifiable(doc, span, spec, subject, reason, facts=facts)
 
 
 def _judge_text(doc: Document, index: _RelationIndex, phrase: _Phrase, clause: tuple[int, int], subject: Mention,
-                facts: list[Fact]) -> Finding | None:
+                facts: list[Fact], local: bool) -> Finding | None:
+    """A text value ("C-IV", a rule's heading, a boxed warning) said next to the phrase: the subject's own value
+    confirms it; another subject's value of a functional relation contradicts it, when the subject is named here."""
     spec = phrase.spec
-    said = f" {normalise_alias(doc.text[clause[0]:clause[1]])} "
     own = {form for f in facts for form in _text_forms(f)}
-    if any(f" {form} " in said for form in own):
-        span = (min(subject.start, phrase.start) if subject.start >= clause[0] else phrase.start, clause[1])
-        return _finding(doc, _trim(doc, span), spec, subject, "supported", 0.8, facts[:1], doc.kg)  # type: ignore[arg-type]
-    others = [form for form, subjects in index.values_by_relation.get(spec.name, {}).items()
-              if f" {form} " in said and not subjects & set(subject.entity_ids) and len(form) > 6]
-    if others and spec.functional:
-        span = (min(subject.start, phrase.start) if subject.start >= clause[0] else phrase.start, clause[1])
-        return _finding(doc, _trim(doc, span), spec, subject, "contradicted", 0.75, facts[:1], doc.kg)  # type: ignore[arg-type]
+    known = index.values_by_relation.get(spec.name, {})
+    stated = _nearest_form(doc, phrase, clause, [*own, *(form for form in known if len(form) > 6)])
+    if stated is None:
+        return None
+    form, (start, end) = stated
+    span = _trim(doc, (min(phrase.start, start), max(phrase.end, end)))
+    if form in own:
+        if not local or _other_time(doc, clause, facts):
+            return _unverifiable(doc, span, spec, subject, f"{_name_of(doc.kg, subject.entity_ids[0])} is named only in "  # type: ignore[arg-type]
+                                 "another sentence, or the sentence dates the fact to another time", facts=facts)
+        return _finding(doc, span, spec, subject, "supported", 0.8, facts[:1], doc.kg)  # type: ignore[arg-type]
+    if spec.functional and local and not known.get(form, set()) & set(subject.entity_ids):
+        return _finding(doc, span, spec, subject, "contradicted", 0.75, facts[:1], doc.kg)  # type: ignore[arg-type]
     return None
+
+
+def _nearest_form(doc: Document, phrase: _Phrase, clause: tuple[int, int], forms: list[str]
+                  ) -> tuple[str, tuple[int, int]] | None:
+    """The value form written closest after the phrase (within a few words), else right before it."""
+    best: tuple[int, str, tuple[int, int]] | None = None
+    text = doc.text[clause[0]:clause[1]]
+    for form in set(forms):
+        pattern = r"(?<![\w-])" + r"[\W_]+".join(re.escape(word) for word in form.split()) + r"(?![\w-])"
+        for match in re.finditer(pattern, text, re.I):
+            start, end = clause[0] + match.start(), clause[0] + match.end()
+            if start >= phrase.end and _words_between(doc.text, phrase.end, start) <= _NEAR_AFTER:
+                rank = _words_between(doc.text, phrase.end, start)
+            elif end <= phrase.start and _words_between(doc.text, end, phrase.start) <= _NEAR_BEFORE:
+                rank = 100 + _words_between(doc.text, end, phrase.start)
+            else:
+                continue
+            if best is None or (rank, -(end - start)) < (best[0], -(best[2][1] - best[2][0])):
+                best = (rank, form, (start, end))
+    return None if best is None else (best[1], best[2])
+
+
+def _other_time(doc: Document, clause: tuple[int, int], facts: list[Fact]) -> bool:
+    """Whether the clause dates the statement ("acquired a boxed warning in 2021") to a year in which none of the
+    facts held: a claim that is right about what but wrong about when is not supported."""
+    years = time_reference(doc.text[clause[0]:clause[1]]).years
+    if not years or not any(f.valid_from or f.valid_to for f in facts):
+        return False
+    return not any(_valid_at([f], year, "") for f in facts for year in years)
 
 
 def _trim(doc: Document, span: tuple[int, int]) -> tuple[int, int]:
@@ -304,6 +371,11 @@ def _unverifiable(doc: Document, span: tuple[int, int], spec: RelationSpec, subj
     return Finding(doc.text[span[0]:span[1]], span, spec.name, "unverifiable", 0.5, evidence, subject=subject.entity_ids[0])
 
 
+def _name_of(kg: KnowledgeGraph, entity_id: str | None) -> str:
+    entity = kg.entity(entity_id or "")
+    return entity.name if entity is not None else str(entity_id)
+
+
 def _name(kg: KnowledgeGraph, mention: Mention) -> str:
     entity = kg.entity(mention.entity_ids[0])
     return entity.name if entity is not None else mention.text
@@ -312,8 +384,10 @@ def _name(kg: KnowledgeGraph, mention: Mention) -> str:
 def _describe(kg: KnowledgeGraph, fact: Fact) -> str:
     subject = kg.entity(fact.subject)
     spec = kg.relations.get(fact.relation)
+    numeric = isinstance(fact.value, int | float) and not isinstance(fact.value, bool)
+    grouped = numeric and not (spec is not None and spec.value in ("year", "count", "date"))
     target = (kg.entity(fact.object).name if fact.object and kg.entity(fact.object) else fact.object) or (
-        f"{fact.value:,}" if isinstance(fact.value, int | float) and not isinstance(fact.value, bool) else str(fact.value))
+        f"{fact.value:,}" if grouped else str(fact.value))
     unit = f" {fact.unit}" if fact.unit else ""
     qualifiers = ", ".join(f"{k} {v}" for k, v in fact.qualifiers.items() if k != "value_aliases")
     period = ""

@@ -67,8 +67,8 @@ def test_json_block_values_are_claims_on_their_own_span() -> None:
 def test_yaml_block_and_config_lines_carry_units_in_their_keys() -> None:
     text = "Reporting setup:\n```yaml\nbank_rules:\n  ctr_threshold_usd: 10000\n  travel_rule_threshold_usd: 3000\n```\n"
     assert {v for v, _ in claims(text, "finance")} == {"supported"}
-    wrong = "fbar_aggregate_threshold_usd: 50000\n"
-    assert {v for v, _ in claims(wrong, "finance")} == {"contradicted"}
+    wrong = {v for v, _ in claims("fbar_aggregate_threshold_usd: 50000\n", "finance")}
+    assert "contradicted" in wrong and "supported" not in wrong
 
 
 def test_prose_is_its_own_reading_view() -> None:

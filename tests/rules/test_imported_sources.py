@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from knowledge_graphs import KnowledgeGraph, load_kg
-from knowledge_graphs.imports import ImportStamp, apply_overlays, parse_file
+from knowledge_graphs.imports import ImportStamp, Overlay, apply_overlays, diff_versions, parse_file
 from rules import verify
 
 FIXTURES = Path(__file__).parents[1] / "knowledge_graphs" / "imports" / "fixtures"
@@ -108,8 +108,11 @@ def test_an_imported_case_with_the_wrong_year_or_volume_is_contradicted_by_its_r
     (claim,) = claims(text, "legal", cases(), kind)
     assert claim.verdict == "contradicted"
     assert any(wrong in e.description for e in claim.evidence), claim.evidence
-    assert any("scdb_cases.csv line" in (e.locator or "") for e in claim.evidence)
-    assert claims(text, "legal", load_kg("legal"), "case_citation")[0].verdict == "unverifiable"
+    # the import's row is cited, or the curated case record (`data/legal/facts/`) that holds the same landmark
+    assert any("scdb_cases.csv line" in (e.locator or "") or "U.S." in (e.locator or "") for e in claim.evidence)
+    packaged = load_kg("legal")
+    if not any(packaged.lookup(name) for name in [text.split(",")[0].removeprefix("See ").removeprefix("In ")]):
+        assert claims(text, "legal", packaged, "case_citation")[0].verdict == "unverifiable"
 
 
 @pytest.mark.parametrize("text", [
@@ -137,7 +140,8 @@ def formulary() -> KnowledgeGraph:
     ("Metformin: take up to 2400 mg per day.", 2),                  # within the label's 2550, above the formulary
     ("Adults can take metformin 1200 mg twice daily.", 2),
     ("The maximum daily dose of metformin is 2550 mg.", 2),
-    ("Acetaminophen can be taken orally up to 4000 mg per day.", 3),
+    # the formulary row names no setting: it is the prescription limit, the OTC Drug Facts 4000 mg stays
+    ("With a prescription, acetaminophen can be taken orally up to 4000 mg per day.", 3),
     ("For elderly patients, acetaminophen up to 3000 mg per day by mouth is fine.", 4),
     ("Ibuprofen 800 mg orally four times daily.", 5),
 ])
@@ -151,7 +155,7 @@ def test_a_dose_above_the_formulary_maximum_is_contradicted_by_the_formulary_row
 
 @pytest.mark.parametrize("text", [
     "The maximum daily dose of metformin is 2000 mg.",
-    "Acetaminophen 500 mg orally every 6 hours.",
+    "Prescription acetaminophen 500 mg orally every 6 hours.",
 ])
 def test_a_dose_within_the_formulary_is_judged_against_its_row(text: str) -> None:
     # Within the maximum is not proof that the dose is right (the KG holds no usual dose): a stated maximum
@@ -166,3 +170,47 @@ def test_without_the_import_the_label_decides() -> None:
     assert claim.verdict == "contradicted" and "2550" in claim.evidence[0].description    # maximum per the label
     (claim,) = claims("Adults can take metformin 1200 mg twice daily.", "medical", load_kg("medical"), "dose")
     assert claim.verdict == "unverifiable" and "2550" in claim.evidence[0].description   # below the label's maximum
+
+
+# -- a partial import keeps the facts it does not name ------------------------------------------------------
+
+
+def one_row_formulary(row: str, extra_columns: str = ""):
+    """The overlay of a formulary file of one row (extra columns after the required ones)."""
+    data = f"drug,route,max_daily_dose,unit,source{extra_columns}\n{row}\n".encode()
+    stamp = ImportStamp("st-example", "formulary", "one-row.csv", hashlib.sha256(data).hexdigest(),
+                        "2026-12-05T10:00:00+00:00", "key:k1 (acme)", "2026-12-01")
+    return parse_file("formulary", data, domain="medical", stamp=stamp, kg=load_kg("medical"))
+
+
+@pytest.mark.parametrize(("row", "extra_columns", "drug", "kept", "gone", "claim"), [
+    # a row that names no setting is a prescriber's limit: the OTC Drug Facts maximum stays
+    ("Ibuprofen,oral,2400,mg,St. Example", "", "drug:DB01050", {"setting": "over-the-counter"},
+     {"setting": "prescription"}, "The maximum daily dose of ibuprofen is 1200 mg."),
+    # a row for the OTC setting replaces only the OTC maximum
+    ("Ibuprofen,oral,1000,mg,St. Example,over-the-counter", ",setting", "drug:DB01050", {"setting": "prescription"},
+     {"setting": "over-the-counter"}, "Ibuprofen: the maximum daily dose is 3200 mg."),
+    # a row for one formulation replaces only that formulation's maximum
+    ("Metformin,oral,1500,mg,St. Example,extended-release", ",formulation", "drug:DB00331",
+     {"formulation": "immediate-release"}, {"formulation": "extended-release"},
+     "Metformin immediate-release: the maximum daily dose is 2550 mg."),
+], ids=["no-setting-keeps-the-otc-maximum", "otc-row-keeps-the-prescription-maximum",
+        "formulation-row-keeps-the-other-formulation"])
+def test_a_one_row_import_keeps_the_maxima_it_does_not_name(row: str, extra_columns: str, drug: str,
+                                                           kept: dict, gone: dict, claim: str) -> None:
+    packaged, overlay = load_kg("medical"), one_row_formulary(row, extra_columns)
+    kg = apply_overlays(packaged, [overlay])
+
+    def adult_oral(graph: KnowledgeGraph, qualifiers: dict) -> list:
+        return [f for f in graph.facts(drug, "max_daily_dose") if f.qualifiers.get("population") == "adult"
+                and "formulary" not in f.qualifiers and qualifiers.items() <= f.qualifiers.items()]
+
+    assert adult_oral(kg, kept) == adult_oral(packaged, kept) != []          # the fact the row does not name
+    assert adult_oral(kg, gone) == [] and adult_oral(packaged, gone) != []   # the one it names is superseded
+    before = [(c.verdict, c.evidence[0].description) for c in claims(claim, "medical", packaged, "dose")]
+    assert before and before[0][0] == "supported"
+    assert [(c.verdict, c.evidence[0].description) for c in claims(claim, "medical", kg, "dose")] == before
+    changes = diff_versions(packaged, [], [overlay])       # what `auditor kg diff` prints: exactly the change
+    assert [f.qualifiers for f in changes.facts_removed] == [f.qualifiers for f in adult_oral(packaged, gone)]
+    assert [(f.subject, f.value) for f in changes.facts_added] == [(drug, overlay.facts[0].value)]
+    assert Overlay.from_json(overlay.to_json()).supersedes == overlay.supersedes          # as the store keeps it

@@ -274,7 +274,9 @@ def _judge_amount(doc: Document, seg: Segment, money: Money, upper: Money | None
 # What makes an amount a statement of the rule's threshold rather than an example, a penalty or another measure:
 # a comparison or a threshold word at the amount, the rule named where the amount is (its clause, label or row) or
 # referred to as "the threshold", and no word of another measure in the clause (issue 40: memos and emails).
+_FROM = re.compile(r"\b(?:from|starting at|beginning at)\s+$", re.I)
 _THRESHOLD_WORDS = re.compile(r"\b(?:thresholds?|limits?|line|triggers?|triggered|kicks? in|reportable|reporting|caps?|capped|"
+                              r"due diligence|CDD|declar\w*|"
                               r"ceiling|maximum|minimum|report(?:ed|s)?\s+(?:for|when|on|if)|applies|cutoff|cut-off|bar|"
                               r"(?:must|has to|have to|needs? to|required to|should)\s+(?:be\s+)?\w+)\b", re.I)
 _OTHER_MEASURE = re.compile(r"\b(?:penalt\w*|fines?|fined|forfeit\w*|prison|imprison\w*|jail|face (?:amount|value)|greater of|"
@@ -288,7 +290,8 @@ def _states_a_threshold(doc: Document, seg: Segment, money: Money, upper: Money 
     text = doc.text[clause[0]:clause[1]]
     before = doc.text[max(clause[0], money.start - 40):money.start]
     after = doc.text[money.end:min(clause[1], money.end + 20)]
-    cued = bool(_GT_BEFORE.search(before) or _GE_BEFORE.search(before) or _GE_AFTER.match(after)) or upper is not None \
+    cued = bool(_GT_BEFORE.search(before) or _GE_BEFORE.search(before) or _GE_AFTER.match(after) or _FROM.search(before)) \
+        or upper is not None \
         or seg.label is not None or bool(seg.cells) or regulation.by_institution or bool(_THRESHOLD_WORDS.search(text))
     return cued and not _OTHER_MEASURE.search(text)
 

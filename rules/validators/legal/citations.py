@@ -22,7 +22,14 @@ import courts_db
 from knowledge_graphs.model import Entity, KnowledgeGraph
 from rules.claims import Document
 from rules.report import Evidence, Resolution
-from rules.validators.base import CitationCheck, Finding, kg_evidence, package_source, validator
+from rules.validators.base import (
+    CitationCheck,
+    Finding,
+    kg_evidence,
+    package_source,
+    possible_fabrication,
+    validator,
+)
 from rules.validators.legal.citation_parsing import (
     CaseCitation,
     citation_key,
@@ -468,9 +475,11 @@ def _case_finding(text: str, span: tuple[int, int], citation: CaseCitation, chec
                        subject=checks.subject, citation=CitationCheck("case", "resolved", True))
     description = (f"well-formed citation to {citation.reporter} that no offline source confirms"
                    if citation.known_reporter else "citation could not be checked")
+    marks = [possible_fabrication(f"{citation.volume} {citation.reporter} {citation.page}", "KG's case index")] \
+        if citation.known_reporter else []
     return Finding(text, span, "case_citation", "unverifiable", 0.5,
-                   [Evidence(kind="registry", description=description, source=package_source("reporters-db"),
-                             locator="reporters_db.EDITIONS"), *checks.notes],
+                   [*marks, Evidence(kind="registry", description=description, source=package_source("reporters-db"),
+                                     locator="reporters_db.EDITIONS"), *checks.notes],
                    subject=checks.subject, citation=CitationCheck("case", "unconfirmed", None))
 
 

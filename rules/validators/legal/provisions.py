@@ -34,11 +34,11 @@ from rules.claims import Document, Segment
 from rules.extraction.numbers import numeric_view
 from rules.report import Evidence
 from rules.units import find_money
-from rules.validators.base import CitationCheck, Finding, kg_evidence, validator
+from rules.validators.base import CitationCheck, Finding, kg_evidence, possible_fabrication, validator
 from rules.validators.legal.citations import _statute_index, case_citations, statute_keys
 
 _BARE_SECTION = re.compile(r"(?<![\w.])§§?\s*(?P<section>\d+[a-zA-Z]?(?:-\d+[a-z]?)?)(?P<sub>(?:\([a-zA-Z0-9]{1,4}\))*)(?:\s+et\s+seq\.)?")
-_BARE_RULE = re.compile(r"\bRule\s+(?P<section>\d+)(?P<sub>(?:\([a-zA-Z0-9]{1,4}\))*)")
+_BARE_RULE = re.compile(r"\bRule\s+(?P<section>\d+)(?![\w-])(?P<sub>(?:\([a-zA-Z0-9]{1,4}\))*)")
 _LIST_SUBRULE = re.compile(r"^\s*(?P<section>\d+)(?P<sub>(?:\([a-zA-Z0-9]{1,4}\))+)")
 _ARTICLE = re.compile(r"\b(?:Article|Art\.)\s*(?P<n>\d{1,2}|\d{2,3})(?P<sub>(?:\(\d{1,2}\))*)(?!\s*,\s*Section)")
 _CONSTITUTION = re.compile(r"\bArticle\s+(?P<art>[IVX]+),?\s+(?:Section|§)\s*(?P<sec>\d+)(?:,?\s+Clause\s+(?P<cl>\d+))?", re.I)
@@ -53,6 +53,11 @@ _STOP = frozenset("""a an the of and or in on for to by with is are was be been 
 # Nouns any provision may be said to impose: alone they do not point to one provision.
 _GENERIC_NOUNS = frozenset("""duty obligation right requirement rule period limit standard test provision power
     procedure process step thing way issue question matter""".split())
+# Words that say what kind of law a provision is, not what it is about: "a federal crime under 31 U.S.C. 5324",
+# "a civil action under ...". A description made only of these names no subject to compare (issue 40, class 2).
+_KIND_WORDS = frozenset("""federal state crime crimes criminal civil offense offence felony misdemeanor law statute
+    section act action claim claims case cases liability violation penalty penalties remedy remedies illegal unlawful
+    prohibited banned forbidden lawful legal""".split())
 
 _EXPAND = [(re.compile(r"\bDPO\b"), "data protection officer"), (re.compile(r"\bDPIA\b"), "data protection impact assessment"),
            (re.compile(r"\bTRO\b"), "temporary restraining order"), (re.compile(r"\bSAR\b"), "suspicious activity report"),
@@ -331,7 +336,8 @@ def _judge_reference(doc: Document, ref: _Ref) -> list[Finding]:
                             [kg_evidence(f"{wrong.name} is not {ref.text}", wrong.provenance)], subject=wrong.id,
                             citation=CitationCheck("statute", "unconfirmed", False))]
         return [Finding(ref.text, (ref.start, ref.end), "statute", "unverifiable", 0.5,
-                        [Evidence(kind="kg_fact", description=f"{ref.text} is not in the KG's statute index")],
+                        [possible_fabrication(ref.text, "KG's statute index"),
+                         Evidence(kind="kg_fact", description=f"{ref.text} is not in the KG's statute index")],
                         citation=CitationCheck("statute", "unconfirmed", None))]
     out: list[Finding] = []
     act = _act_claim(doc, seg, ref)
@@ -408,6 +414,11 @@ def _named_statutes(doc: Document, ref: _Ref) -> list[Entity]:
     return out
 
 
+def _cites_sections_after(doc: Document, ref: _Ref) -> bool:
+    """"42 U.S.C. § 2000e et seq." cites the section and those after it: what any of them says is not wrong."""
+    return bool(re.search(r"\bet\s+seq\b", doc.text[ref.start:ref.end + 12]))
+
+
 def _named_elsewhere(doc: Document, ref: _Ref) -> Entity | None:
     """An unknown section named as an act whose section in the same title is another one."""
     keys = statute_keys(ref.text)
@@ -423,6 +434,8 @@ def _act_claim(doc: Document, seg: Segment, ref: _Ref) -> Finding | None:
     named = [e for e in _named_statutes(doc, ref) if not e.id.startswith("act:")]
     if named and len(statute_keys(doc.text[doc.clause_of(ref.start)[0]:doc.clause_of(ref.start)[1]])) <= 1:
         holds = any(e.id == ref.entity.id for e in named)
+        if not holds and _cites_sections_after(doc, ref):
+            return None     # "§ 2000e et seq." names the sections after § 2000e too: another one of them is no error
         other = next((e for e in named if e.id != ref.entity.id), named[0])
         # the claim is the pairing: its span runs from the reference to the name it is given
         ids = {e.id for e in named}
@@ -496,7 +509,8 @@ def _subject_claim(doc: Document, ref: _Ref, attached: tuple[str, tuple[int, int
     clearly_better = ((len(shared) >= min(2, len(words)) or distinctive_head)
                       and (best_score[1] - claimed[1] >= 0.5 or (best_score[1] >= 0.6 and best_score[0] >= claimed[0] + 0.2
                                                                  and claimed[1] <= 0.5)))
-    if clearly_better and not related:
+    about_something = bool({w.rstrip("s") for w in words} - {w.rstrip("s") for w in _KIND_WORDS | _GENERIC_NOUNS})
+    if clearly_better and not related and about_something and not _cites_sections_after(doc, ref):
         other = doc.kg.entity(best_id)
         evidence.append(kg_evidence(f"that describes {other.name}: {other.attributes.get('title', '')}" if other else best_id,
                                     other.provenance if other else None))

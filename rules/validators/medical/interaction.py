@@ -21,9 +21,9 @@ from typing import Any
 
 from knowledge_graphs.model import Fact
 from rules.claims import Document
+from rules.extraction.polarity import negated_before
 from rules.mentions import Mention
 from rules.report import Evidence
-from rules.extraction.polarity import negated_before
 from rules.validators.base import Finding, kg_evidence, validator
 from rules.validators.medical.context import is_labelled, labelled_drug_ids, modifies_a_condition
 from rules.validators.medical.relations import class_closure

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from knowledge_graphs.model import Fact, KnowledgeGraph
-from rules.claims import Document
+from rules.claims import Document, Segment
 from rules.mentions import Mention
 from rules.report import Evidence
 from rules.validators.base import Finding, kg_evidence, validator
@@ -320,10 +320,20 @@ def drug_class(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
         drug = drug_for(doc, mention.start)
         if drug is None or (not drug.in_prompt and drug.start > mention.start and drug.start - mention.end > 5):
             continue
+        if _another_drug_is_nearer(doc, seg, drug):
+            continue
         start = _claim_start(doc, mention, clause)
         negated = bool(re.search(r"\b(?:not|isn't|aren't|never)\b[^.;]{0,25}$", doc.text[clause[0]:mention.start], re.I))
         findings.append(_judge_class(doc, drug, mention, (start, mention.end), negated))
     return findings
+
+
+def _another_drug_is_nearer(doc: Document, seg: Segment, drug: Mention) -> bool:
+    """The labelled drug found lies outside the sentence while the sentence names a drug the KG has no label for
+    ("tasimelteon (Hetlioz) is another melatonin agonist"): the class is about that one, not the earlier drug."""
+    if drug.in_prompt or seg.start <= drug.start < seg.end:
+        return False
+    return any(seg.start <= m.start < seg.end and not m.in_prompt for m in doc.mentions(["drug"]))
 
 
 def _claim_start(doc: Document, mention: Mention, clause: tuple[int, int]) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 
 from rules.claims import Document
 from rules.report import Evidence
-from rules.validators.base import Finding, package_source, validator
+from rules.validators.base import Finding, package_source, possible_fabrication, validator
 
 # -- unknown drug-like names ---------------------------------------------------------------------------
 _DRUG_SUFFIX = re.compile(
@@ -41,7 +41,8 @@ def unknown_drug(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
                 continue
             span = (match.start(group), match.end(group))
             findings.append(Finding(name, span, "drug_name", "unverifiable", 0.6,
-                                    [Evidence(kind="registry", description=f"{name!r} looks like a drug name but no "
+                                    [possible_fabrication(repr(name), "drug dictionary or the KG"),
+                                     Evidence(kind="registry", description=f"{name!r} looks like a drug name but no "
                                               "offline dictionary knows it (possible fabrication)",
                                               source=package_source("drug-named-entity-recognition"),
                                               locator="exact, case-insensitive dictionary lookup; fuzzy matching off")]))

@@ -126,3 +126,36 @@ def test_kg_reaudit_rescores_records_judged_under_older_versions(cli_database, c
     assert sorted(r.record_id for r in rows) == sorted(stale)
     assert {r.kg_version for r in rows} == {new_version}       # the job ran here, with the imported KG
     assert all(any(c["verdict"] == "contradicted" for c in r.claims) for r in rows)   # the year claim
+
+
+def test_kg_reaudit_withdrawn_rejudges_the_verdicts_a_rollback_left_citing_withdrawn_facts(cli_database, capsys,
+                                                                                          monkeypatch) -> None:
+    monkeypatch.setenv("AUDITOR_WORKER_EVALUATOR", "rules")
+    packaged = packaged_kg("legal").version
+    assert kg("import", "--domain", "legal", "--format", "cases", str(FIXTURES / "scdb_cases.csv"), "--json") == 0
+    imported = json.loads(capsys.readouterr().out)["version"]
+    with cli_database.engine.connect() as conn:
+        row = versions.kg_for(conn, packaged_kg("legal"), versions.current_version(conn, "legal")).entity(
+            "case:scdb-2000-077").provenance
+    claim = {"text": "Kyllo v. United States, 533 U.S. 27 (1999)", "kind": "case_year", "verdict": "contradicted",
+             "evidence": [{"kind": "kg_fact", "description": "decided in 2001", "source": row.source,
+                           "locator": row.locator, "as_of": row.as_of}]}
+    cited = append_output(cli_database, "Kyllo v. United States, 533 U.S. 27 (1999).", domain="legal",
+                          claims=[claim], fer=1.0)
+    append_output(cli_database, "Miranda v. Arizona, 384 U.S. 436 (1966).", domain="legal", claims=[])
+    from sqlalchemy import select, update
+
+    from auditor.trail.models import AuditRecord, Evaluation, RecordVerdict
+
+    with cli_database.engine.begin() as conn:   # both judged by the gate under the imported version
+        conn.execute(update(AuditRecord).values(kg_version=imported))
+        conn.execute(update(RecordVerdict).values(kg_version=imported))
+    assert kg("rollback", packaged) == 0
+    assert "auditor kg reaudit --withdrawn --domain legal" in capsys.readouterr().out
+    assert kg("reaudit", "--domain", "legal", "--older-than", imported) == 2          # --domain goes with --withdrawn
+    assert "--domain goes with --withdrawn" in capsys.readouterr().err
+    assert kg("reaudit", "--withdrawn", "--domain", "legal") == 0
+    assert "cite imported facts the current KG versions no longer hold" in capsys.readouterr().out
+    with cli_database.engine.connect() as conn:
+        rows = conn.execute(select(Evaluation.record_id, Evaluation.kg_version).where(Evaluation.job_id.is_not(None))).all()
+    assert [(r.record_id, r.kg_version) for r in rows] == [(cited, packaged)]      # only the record citing the row

@@ -167,6 +167,22 @@ def test_record_that_keeps_failing_ends_failed_with_its_reason(database) -> None
     assert _job_evaluations_per_record(database, job_id) == {good: 1, bad: 1}
 
 
+def test_the_summary_names_why_each_item_failed_counted_by_cause(database) -> None:
+    append_output(database, "Rates rose.")
+    crashed = [append_output(database, f"Case {i} [explode].") for i in range(2)]
+    hashed = append_output(database, None, content_mode="hash")          # nothing to re-judge: a ScoringError
+    job_id = _run(database, _queue(database), filters=reaudit.ReauditFilter())
+    job, progress = _job(database, job_id)
+    assert job.status == "done" and (progress["done"], progress["failed"]) == (1, 3)
+    failures = job.summary["failures"]
+    assert failures["by_cause"] == {
+        "RuntimeError: evaluator crashed on this text": 2,
+        "ScoringError: the record holds no output text (hash-only content mode or purged)": 1}
+    assert sorted((f["record_id"], f["error"], f["message"]) for f in failures["listed"]) == sorted(
+        [(record_id, "RuntimeError", "evaluator crashed on this text") for record_id in crashed]
+        + [(hashed, "ScoringError", "the record holds no output text (hash-only content mode or purged)")])
+
+
 def test_filter_rejects_unknown_fields_and_empty_selection_finishes_at_once(database) -> None:
     with pytest.raises(ValueError, match="colour"):
         reaudit.ReauditFilter.model_validate({"colour": "red"})

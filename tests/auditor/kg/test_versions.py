@@ -1,6 +1,6 @@
 """KG versions in the store (SQLite and PostgreSQL): import, list, diff, roll back; a failed import changes
 nothing; overlays are checked against their digest; racing imports both land; and the records judged under
-versions older than V are the ones a re-audit selects."""
+versions older than V, or whose verdicts cite a fact a rollback withdrew, are the ones a re-audit selects."""
 
 from __future__ import annotations
 
@@ -11,15 +11,20 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, update
 
-from auditor.jobs import scoring
+from auditor.jobs import reaudit, scoring
+from auditor.jobs.inprocess import InProcessTaskQueue
 from auditor.kg import versions
+from auditor.kg.live import LiveKnowledgeGraphs
 from auditor.kg.models import KgImport, KgVersion
-from auditor.trail.models import RecordVerdict
+from auditor.trail import reads
+from auditor.trail.access_log import CliOperator
+from auditor.trail.models import Evaluation, RecordVerdict
 from auditor.trail.queries import filtered_query
 from auditor.trail.records import NewRecord, append_record
 from auditor.trail.schemas import AuditFilters
 from knowledge_graphs import packaged_kg
 from knowledge_graphs.imports import ImportFileError
+from tests.auditor.scoring_doubles import append_output
 
 FIXTURES = Path(__file__).parents[2] / "knowledge_graphs" / "imports" / "fixtures"
 CASES = FIXTURES / "scdb_cases.csv"
@@ -166,5 +171,61 @@ class ScoredUnder:
 
 def _select(database, version: str) -> set[str]:
     query = filtered_query(AuditFilters(kind="record", kg_older_than=version), tenant_scope=None)
+    with database.session() as session:
+        return set(session.execute(query.with_only_columns(RecordVerdict.record_id)).scalars())
+
+
+def test_after_a_rollback_verdicts_citing_withdrawn_facts_are_stale_selected_and_rejudged(database) -> None:
+    """An answer judged contradicted by an imported SDN row; the import is rolled back. The record is marked stale
+    (its verdicts cite a withdrawn fact), `kg reaudit` selects it by the facts it cites whichever version it
+    names, and the new evaluation no longer cites the withdrawn row."""
+    packaged = packaged_kg("finance").version
+    imported = versions.import_file(database, packaged_kg("finance"), fmt="ofac-sdn", path=SDN,
+                                    imported_by="key:k1 (acme)").version.version_hash
+    live = LiveKnowledgeGraphs(database, ["finance"], refresh_s=0)
+    try:
+        live.refresh()                                        # this process judges with the imported list
+        evaluator = scoring.load_evaluator("rules")
+        answer = append_output(database, "Teodor Zavoransky is not sanctioned.", domain="finance")
+        unrelated = append_output(database, "The euro is the currency of France.", domain="finance")
+        for record_id in (answer, unrelated):
+            scoring.score_record(database, evaluator, scoring.ScoreRequest(record_id))
+        (claim,) = [c for c in _shown(database, answer).current.claims if c["verdict"] == "contradicted"]
+        assert any("sdn.csv line 1 " in e["locator"] for e in claim["evidence"])
+        assert not _shown(database, answer).current.kg_stale
+
+        versions.rollback(database, packaged_kg, packaged, by="key:k1 (acme)")
+        live.refresh()
+        current = _shown(database, answer).current
+        assert current.kg_stale and current.kg_stale_reason.startswith(
+            f"cites a fact withdrawn by rollback to {packaged}")
+        assert not _shown(database, unrelated).current.kg_stale
+        assert _select(database, imported) == {answer}         # `kg reaudit --older-than <the rolled-back version>`
+        assert _select_withdrawn(database) == {answer}         # `kg reaudit --withdrawn`
+        assert _select(database, packaged) == {answer, unrelated}   # judged under a version other than the current
+
+        queue = InProcessTaskQueue(database, lambda: evaluator, workers=1)
+        job_id = reaudit.create_job(database, tenant="cli", tenant_scope=None, evaluator_version=evaluator.version,
+                                    filters=reaudit.ReauditFilter(kg_older_than=imported))
+        reaudit.start_job(database, queue, job_id)
+        queue.wait_idle()
+    finally:
+        live.stop()
+    with database.session() as session:
+        job = reaudit.get_job(session, job_id, tenant_scope=None)
+        rejudged = session.execute(select(Evaluation).where(Evaluation.job_id == job_id)).scalars().all()
+    assert job.status == "done" and job.total == 1 and [e.record_id for e in rejudged] == [answer]
+    assert rejudged[0].kg_version == packaged
+    assert not any("sdn.csv" in (e.get("locator") or "") for c in rejudged[0].claims for e in c["evidence"])
+    assert not _shown(database, answer).current.kg_stale
+    assert _select_withdrawn(database) == set()
+
+
+def _shown(database, record_id: str):
+    return reads.show_record(database, CliOperator(), record_id)
+
+
+def _select_withdrawn(database) -> set[str]:
+    query = filtered_query(AuditFilters(kind="record", kg_withdrawn=True), tenant_scope=None)
     with database.session() as session:
         return set(session.execute(query.with_only_columns(RecordVerdict.record_id)).scalars())

@@ -11,6 +11,9 @@ keyed by an answer's or a sentence's text (`rules.text_caches`) are cleared befo
 headline rates are the regime a user meets, new text every time. The `repeated` rates verify the same
 answers with those caches kept, for comparison (what this benchmark measured until 2026-12-03).
 
+Memos: the cost of one ~500-word answer (the long forms of issue 40), fresh caches, median ms per answer per domain,
+timed in the same interleaved repeats (`memo_ms_per_answer`).
+
 Run: python -m benchmarks.verify_throughput --json
 """
 
@@ -29,14 +32,14 @@ from benchmarks.verify_quality import DOMAINS, load_claims
 WORDS_PER_ANSWER = 150
 
 
-def build_answers(domain: str, count: int) -> list[str]:
+def build_answers(domain: str, count: int, words_per_answer: int = WORDS_PER_ANSWER) -> list[str]:
     texts = [row["text"] for row in load_claims(domain)]
     answers: list[str] = []
     cursor = 0
     while len(answers) < count:
         parts: list[str] = []
         words = 0
-        while words < WORDS_PER_ANSWER:
+        while words < words_per_answer:
             text = texts[cursor % len(texts)]
             cursor += 1
             parts.append(text)
@@ -66,12 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--answers", type=int, default=100, help="answers per domain per repeat")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--memos", type=int, default=10, help="~500-word answers per domain per repeat")
     args = parser.parse_args(argv)
 
     from rules import verify_many
     from rules.text_caches import clear_text_caches
 
     batches = {domain: build_answers(domain, args.answers) for domain in DOMAINS}
+    memos = {domain: build_answers(domain, args.memos, 500) for domain in DOMAINS}
+    memo_ms: dict[str, list[float]] = {domain: [] for domain in DOMAINS}
     load_seconds: dict[str, float] = {}
     for domain, answers in batches.items():      # warm-up: KG, automata, registries, phrase caches
         started = time.perf_counter()
@@ -87,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
                 wall, cpu = timed_batch(answers, domain, before_each=before_each)
                 rates[regime, domain, "wall"].append(len(answers) / wall)
                 rates[regime, domain, "cpu"].append(len(answers) / cpu)
+            if memos[domain]:
+                wall, _ = timed_batch(memos[domain], domain, before_each=clear_text_caches)
+                memo_ms[domain].append(1000 * wall / len(memos[domain]))
     load_after = os.getloadavg()
     words = {d: round(statistics.mean(len(a.split()) for a in batches[d]), 1) for d in DOMAINS}
 
@@ -106,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
                 # per second of this process's own CPU time: what one unshared core does (wall time on a
                 # shared machine also counts the time other processes held the core)
                 "outputs_per_cpu_s": median("fresh", domain, "cpu"),
+                "memo_words": round(statistics.mean(len(a.split()) for a in memos[domain]), 1) if memos[domain] else None,
+                "memo_ms_per_answer": round(statistics.median(memo_ms[domain]), 1) if memo_ms[domain] else None,
                 "repeated": {"outputs_per_s": median("repeated", domain, "wall"),
                              "outputs_per_cpu_s": median("repeated", domain, "cpu")},
                 "mean_words_per_answer": words[domain],

@@ -110,6 +110,9 @@ class KnowledgeGraph:
         self._facts_by_object: dict[str, list[Fact]] = {}   # facts about a relation to an entity, by that entity
         # relations declared with aliases (curated fact files), for the generic fact checker
         self.relations: dict[str, RelationSpec] = {spec.name: spec for spec in relations}
+        # ranges of an index held completely, declared by the imports that brought them ({"index": "reporter:U.S.",
+        # "from": 1, "to": 600}): inside one, a reference that matches nothing does not exist (issue 48)
+        self.coverage: list[dict[str, Any]] = []
         for entity in entities:
             self.add_entity(entity)
         for fact in facts:
@@ -149,6 +152,7 @@ class KnowledgeGraph:
         kg._facts, kg._facts_by_subject = list(self._facts), dict(self._facts_by_subject)
         kg._facts_by_object = dict(self._facts_by_object)
         kg.relations = dict(self.relations)
+        kg.coverage = list(getattr(self, "coverage", []))
         if superseded is not None:
             kg._drop_facts(superseded)
         for entity in entities:

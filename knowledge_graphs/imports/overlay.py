@@ -112,6 +112,7 @@ def apply_overlays(base: KnowledgeGraph, overlays: Sequence[Overlay]) -> Knowled
         supersedes = overlay.supersedes
         kg = kg.extended(overlay.entities, overlay.facts, version=version_of(base.version, digests),
                          superseded=(lambda f, s=supersedes: any(x.covers(f) for x in s)) if supersedes else None)
+        kg.coverage += [{**entry, "overlay": overlay.name} for entry in overlay.coverage]
     return kg
 
 

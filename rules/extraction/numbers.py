@@ -39,7 +39,7 @@ _PART_OF = re.compile(r"\b(?:(?:a|one)\s+)?(?P<part>half|quarter|third)\s+(?:of\
 _A_SCALE = re.compile(r"\b(?<!-)a\s+(?P<scale>hundred|thousand|million|billion)\b", re.I)
 _SCALE_VALUES = {"hundred": 1e2, "thousand": 1e3, "million": 1e6, "billion": 1e9}
 # "fifteen grand", "10 grand": thousands of dollars, said colloquially (US usage)
-_GRAND = re.compile(r"(?P<number>\b\d+(?:\.\d+)?|\b[0-9]*[a-z-]+(?:\s+[a-z-]+)*?)\s+grand\b", re.I)
+_GRAND = re.compile(r"(?P<number>\b\d+(?:\.\d+)?|(?:\b[a-z-]+\s+){0,3}[a-z-]+)\s+grand\b", re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +74,20 @@ def find_number_words(text: str) -> list[NumberWords]:
     def free(span: tuple[int, int]) -> bool:
         return not any(s < span[1] and span[0] < e for s, e in taken)
 
-    for match in _DECIMAL.finditer(text):
+    folded = text.casefold()
+    # each pattern runs only where its key word occurs: most segments hold none, and a scan costs more than a test
+    decimals = _DECIMAL.finditer(text) if "point" in folded else ()
+    grands = _GRAND.finditer(text) if "grand" in folded else ()
+    parts = _PART_OF.finditer(text) if any(w in folded for w in ("half", "quarter", "third")) else ()
+    scales = _A_SCALE.finditer(text) if any(w in folded for w in _SCALE_VALUES) else ()
+    for match in decimals:
         whole = _value(match.group("whole")) if match.group("whole") else 0.0
         if whole is None:
             continue
         digits = "".join(str(_DIGIT_WORDS[d.casefold()]) for d in match.group("digits").split())
         out.append(NumberWords(match.start(), match.end(), float(f"{int(whole)}.{digits}")))
         taken.append(match.span())
-    for match in _GRAND.finditer(text):
+    for match in grands:
         words = match.group("number")
         # the number words right before "grand" (the lazy group may have taken words that are not numbers)
         tail = re.search(rf"(?:\d+(?:\.\d+)?|(?:{_WORD}|{_SCALE})(?:[\s-]+(?:{_WORD}|{_SCALE}))*)$", words, re.I)
@@ -90,14 +96,14 @@ def find_number_words(text: str) -> list[NumberWords]:
             start = match.start("number") + tail.start()
             out.append(NumberWords(start, match.end(), value * 1000, prefix="$"))
             taken.append((start, match.end()))
-    for match in _PART_OF.finditer(text):
+    for match in parts:
         if not free(match.span()):
             continue
         part = _FRACTIONS[match.group("part").casefold()]
         scale = match.group("scale")
         out.append(NumberWords(match.start(), match.end(), part * (_SCALE_VALUES[scale.casefold()] if scale else 1.0)))
         taken.append(match.span())
-    for match in _A_SCALE.finditer(text):
+    for match in scales:
         if free(match.span()):
             out.append(NumberWords(match.start(), match.end(), _SCALE_VALUES[match.group("scale").casefold()]))
             taken.append(match.span())

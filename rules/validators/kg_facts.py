@@ -47,19 +47,38 @@ class _Phrase:
 
 @dataclass(frozen=True, slots=True)
 class _RelationIndex:
-    pattern: re.Pattern[str] | None
-    aliases: tuple[tuple[re.Pattern[str], tuple[RelationSpec, ...]], ...]   # each alias's own pattern, longest first
+    phrases: dict[str, list[tuple[tuple[str, ...], tuple[RelationSpec, ...]]]]   # first stem -> (stems, specs), longest first
     subject_types: dict[str, tuple[str, ...]]          # relation -> entity types of its subjects
     values_by_relation: dict[str, dict[str, set[str]]]  # text relations: normalised value -> subject ids
+
+
+_TOKEN = re.compile(r"[A-Za-z0-9]+(?:['’-][A-Za-z0-9]+)*")
+
+
+def _stem(word: str) -> str:
+    """A word without its inflection, so that an alias reads "insures", "insured" and "insure" alike."""
+    word = word.casefold()
+    if len(word) < 5 or not word.isalpha() or word.endswith("ss"):
+        return word
+    return re.sub(r"(?:ing|ed|es|s|e)$", "", word)
+
+
+def _stems(text: str) -> tuple[str, ...]:
+    return tuple(_stem(m.group(0)) for m in _TOKEN.finditer(text))
 
 
 @lru_cache(maxsize=8)
 def _index(kg_key: tuple[int, str], kg: KnowledgeGraph) -> _RelationIndex:
     del kg_key
-    by_alias: dict[str, list[RelationSpec]] = {}
+    by_alias: dict[tuple[str, ...], list[RelationSpec]] = {}
     for spec in kg.relations.values():
         for alias in (*spec.aliases, spec.label.casefold()):
-            by_alias.setdefault(alias, []).append(spec)
+            stems = _stems(alias)
+            if stems and spec not in by_alias.setdefault(stems, []):
+                by_alias[stems].append(spec)
+    phrases: dict[str, list[tuple[tuple[str, ...], tuple[RelationSpec, ...]]]] = {}
+    for stems in sorted(by_alias, key=len, reverse=True):
+        phrases.setdefault(stems[0], []).append((stems, tuple(by_alias[stems])))
     subject_types: dict[str, set[str]] = {name: set() for name in kg.relations}
     values: dict[str, dict[str, set[str]]] = {}
     for fact in kg.facts():
@@ -72,23 +91,23 @@ def _index(kg_key: tuple[int, str], kg: KnowledgeGraph) -> _RelationIndex:
         if spec.value == "text":
             for form in _text_forms(fact):
                 values.setdefault(fact.relation, {}).setdefault(form, set()).add(fact.subject)
-    aliases = sorted(by_alias, key=len, reverse=True)
-    pattern = re.compile(r"(?<![\w-])(?:" + "|".join(_alias_pattern(a) for a in aliases) + r")(?![\w-])", re.I) if aliases else None
-    own = tuple((re.compile(_alias_pattern(a), re.I), tuple(by_alias[a])) for a in aliases)
-    return _RelationIndex(pattern, own,
-                          {k: tuple(sorted(v)) for k, v in subject_types.items()}, values)
+    return _RelationIndex(phrases, {k: tuple(sorted(v)) for k, v in subject_types.items()}, values)
 
 
-def _alias_pattern(alias: str) -> str:
-    """An alias with its words' inflections: "insures deposits up to" also reads "insured", "insure deposit"."""
-    return r"\s+".join(_inflected(word) for word in alias.split())
-
-
-def _inflected(word: str) -> str:
-    if len(word) < 5 or not word.isalpha():
-        return re.escape(word)
-    stem = re.sub(r"(?:ing|ed|es|s)$", "", word) if not word.endswith("ss") else word
-    return re.escape(stem) + r"[a-z]{0,3}"
+def _phrases(text: str, index: _RelationIndex) -> list[tuple[int, int, tuple[RelationSpec, ...]]]:
+    """Every relation phrase in `text` (longest at a position, then past it), as token sequences of stems: one pass
+    with a dictionary lookup per word, whatever the number of aliases."""
+    tokens = [(m.start(), m.end(), _stem(m.group(0))) for m in _TOKEN.finditer(text)]
+    found = []
+    i = 0
+    while i < len(tokens):
+        for stems, specs in index.phrases.get(tokens[i][2], ()):
+            if tuple(t[2] for t in tokens[i:i + len(stems)]) == stems:
+                found.append((tokens[i][0], tokens[i + len(stems) - 1][1], specs))
+                i += len(stems) - 1
+                break
+        i += 1
+    return found
 
 
 def _text_forms(fact: Fact) -> list[str]:
@@ -102,15 +121,14 @@ def kg_facts(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
     if kg is None or not kg.relations:
         return []
     index = _index((id(kg), kg.version), kg)
-    if index.pattern is None:
+    if not index.phrases:
         return []
     today = str(params.get("as_of") or dt.date.today().isoformat())
     findings: list[Finding] = []
     seen: set[tuple[int, int]] = set()
-    for match in index.pattern.finditer(doc.text):
-        specs = next((specs for own, specs in index.aliases if own.fullmatch(match.group(0))), ())
+    for start, end, specs in _phrases(doc.text, index):
         for spec in specs:
-            phrase = _Phrase(match.start(), match.end(), spec)
+            phrase = _Phrase(start, end, spec)
             finding = _judge(doc, kg, index, phrase, today)
             if finding is not None and finding.span not in seen:
                 seen.add(finding.span)
@@ -324,22 +342,34 @@ def _judge_text(doc: Document, index: _RelationIndex, phrase: _Phrase, clause: t
 
 def _nearest_form(doc: Document, phrase: _Phrase, clause: tuple[int, int], forms: list[str]
                   ) -> tuple[str, tuple[int, int]] | None:
-    """The value form written closest after the phrase (within a few words), else right before it."""
-    best: tuple[int, str, tuple[int, int]] | None = None
-    text = doc.text[clause[0]:clause[1]]
+    """The value form written closest after the phrase (within a few words), else right before it. Forms and text
+    are compared as word sequences (`normalise_alias` words), looked up by their first word."""
+    by_first: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
     for form in set(forms):
-        pattern = r"(?<![\w-])" + r"[\W_]+".join(re.escape(word) for word in form.split()) + r"(?![\w-])"
-        for match in re.finditer(pattern, text, re.I):
-            start, end = clause[0] + match.start(), clause[0] + match.end()
+        words = tuple(form.split())
+        if words:
+            by_first.setdefault(words[0], []).append((form, words))
+    tokens = [(m.start() + clause[0], m.end() + clause[0], m.group(0).casefold())
+              for m in _WORD.finditer(doc.text[clause[0]:clause[1]])]
+    best: tuple[int, int, str, tuple[int, int]] | None = None
+    for i, (start, _, word) in enumerate(tokens):
+        for form, words in by_first.get(word, ()):
+            if tuple(t[2] for t in tokens[i:i + len(words)]) != words:
+                continue
+            end = tokens[i + len(words) - 1][1]
             if start >= phrase.end and _words_between(doc.text, phrase.end, start) <= _NEAR_AFTER:
                 rank = _words_between(doc.text, phrase.end, start)
             elif end <= phrase.start and _words_between(doc.text, end, phrase.start) <= _NEAR_BEFORE:
                 rank = 100 + _words_between(doc.text, end, phrase.start)
             else:
                 continue
-            if best is None or (rank, -(end - start)) < (best[0], -(best[2][1] - best[2][0])):
-                best = (rank, form, (start, end))
-    return None if best is None else (best[1], best[2])
+            if best is None or (rank, -len(words)) < (best[0], -best[1]):
+                best = (rank, len(words), form, (start, end))
+    return None if best is None else (best[2], best[3])
+
+
+# the words `normalise_alias` keeps (letters and digits), with their offsets
+_WORD = re.compile(r"[^\W_]+")
 
 
 def _other_time(doc: Document, clause: tuple[int, int], facts: list[Fact]) -> bool:

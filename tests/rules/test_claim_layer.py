@@ -124,3 +124,10 @@ def test_supported_claim_containing_a_contradicted_claim_is_not_supported() -> N
     judged = _without_hidden_contradiction(outer, [(30, 41)])
     assert judged.verdict == "unverifiable" and "contradicted" in judged.evidence[0].description
     assert _without_hidden_contradiction(outer, [(50, 60)]).verdict == "supported"
+
+
+# -- a right name in parentheses names the subject; it is not what the sentence asserts --------------------------
+def test_parenthetical_brand_makes_no_claim_when_right_and_is_contradicted_when_wrong() -> None:
+    assert not claims("Sertraline (Zoloft) should be taken at the same time each day.", "medical", "brand_generic")
+    assert {v for v, _ in claims("Sertraline (Prozac) should be taken at the same time each day.", "medical",
+                                 "brand_generic")} == {"contradicted"}

@@ -214,3 +214,24 @@ def test_a_one_row_import_keeps_the_maxima_it_does_not_name(row: str, extra_colu
     assert [f.qualifiers for f in changes.facts_removed] == [f.qualifiers for f in adult_oral(packaged, gone)]
     assert [(f.subject, f.value) for f in changes.facts_added] == [(drug, overlay.facts[0].value)]
     assert Overlay.from_json(overlay.to_json()).supersedes == overlay.supersedes          # as the store keeps it
+
+
+# -- coverage: inside an index's complete range, a citation that matches nothing does not exist (issue 48) ----------
+def test_a_fabricated_citation_is_contradicted_inside_imported_coverage_and_a_possible_fabrication_outside() -> None:
+    from pathlib import Path
+
+    data = (Path(__file__).parents[1] / "fixtures" / "imports" / "courtlistener_citations.csv").read_bytes()
+    stamp = ImportStamp("courtlistener-citations", "courtlistener", "courtlistener_citations.csv",
+                        hashlib.sha256(data).hexdigest(), "2026-12-05T10:00:00+00:00", "key:k1 (acme)", "2026-12-01")
+    packaged = load_kg("legal")
+    covered = apply_overlays(packaged, [parse_file("courtlistener-citations", data, domain="legal", stamp=stamp,
+                                                   kg=packaged)])
+    (entry,) = [c for c in covered.coverage if c["index"] == "reporter:U.S."]
+    volume = entry["from"]
+    text = f"The firm relied on Holloway v. Brinmark Freight Co., {volume} U.S. 901 (1980)."
+    (inside,) = claims(text, "legal", covered, "case_citation")
+    assert inside.verdict == "contradicted"
+    assert any(e.kind == "fabrication" and f"no case at {volume} U.S. 901" in e.description for e in inside.evidence)
+    (outside,) = claims(text, "legal", packaged, "case_citation")
+    assert outside.verdict == "unverifiable"
+    assert any(e.kind == "possible_fabrication" for e in outside.evidence)

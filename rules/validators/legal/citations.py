@@ -360,7 +360,7 @@ def _judge_case(doc: Document, citation: CaseCitation, index: CaseIndex | None, 
     _check_court(citation, reporter_courts, checks)                                            # 3.
     if index is not None and checks.resolution != "invalid":
         _check_landmark(doc, citation, index, reporter_courts, checks)                         # 4.
-    return _case_finding(text, span, citation, checks)
+    return _case_finding(text, span, citation, checks, doc.kg)
 
 
 def _case_span(doc: Document, citation: CaseCitation) -> tuple[int, int]:
@@ -463,7 +463,31 @@ def _check_landmark(doc: Document, citation: CaseCitation, index: CaseIndex, rep
                 break
 
 
-def _case_finding(text: str, span: tuple[int, int], citation: CaseCitation, checks: _CaseChecks) -> Finding:
+def _covering(kg: KnowledgeGraph, citation: CaseCitation) -> dict[str, Any] | None:
+    """The coverage entry, declared by an import, that holds this reporter volume completely."""
+    if not citation.volume.isdigit():
+        return None
+    volume = int(citation.volume)
+    return next((c for c in getattr(kg, "coverage", []) if c.get("index") == f"reporter:{citation.reporter}"
+                 and int(c.get("from", 0)) <= volume <= int(c.get("to", -1))), None)
+
+
+def _nearest_before(kg: KnowledgeGraph, citation: CaseCitation) -> str:
+    """"; the page falls within X, 541 U.S. 1120": the case the cited page would lie in, when the index has one."""
+    best: tuple[int, str] | None = None
+    for fact in kg.facts(relation="reported_in"):
+        if str(fact.qualifiers.get("volume")) != citation.volume or fact.object != f"reporter:{citation.reporter}":
+            continue
+        page = fact.qualifiers.get("page")
+        if str(page).isdigit() and int(page) <= int(citation.page) if citation.page.isdigit() else False:
+            entity = kg.entity(fact.subject)
+            if entity is not None and (best is None or int(page) > best[0]):
+                best = (int(page), f"{entity.name}, {citation.volume} {citation.reporter} {page}")
+    return f"; the page falls within {best[1]}" if best else ""
+
+
+def _case_finding(text: str, span: tuple[int, int], citation: CaseCitation, checks: _CaseChecks,
+                  doc_kg: KnowledgeGraph | None = None) -> Finding:
     """Any contradiction decides (at the confidence of the surest); else support; else unverifiable."""
     if checks.contradictions:
         confidence = max(c for c, _ in checks.contradictions)
@@ -473,6 +497,13 @@ def _case_finding(text: str, span: tuple[int, int], citation: CaseCitation, chec
     if checks.support:
         return Finding(text, span, "case_citation", "supported", 0.95, checks.support + checks.notes,
                        subject=checks.subject, citation=CitationCheck("case", "resolved", True))
+    covered = _covering(doc_kg, citation) if doc_kg is not None and citation.known_reporter else None
+    if covered is not None:
+        return Finding(text, span, "case_citation", "contradicted", 0.85, [Evidence(
+            kind="fabrication", description=f"no case at {citation.volume} {citation.reporter} {citation.page}: the case "
+            f"index holds {citation.reporter} volumes {covered['from']} to {covered['to']} completely (imported as "
+            f"{covered.get('overlay', 'an overlay')})" + _nearest_before(doc_kg, citation)), *checks.notes],
+            subject=checks.subject, citation=CitationCheck("case", "invalid", False))
     description = (f"well-formed citation to {citation.reporter} that no offline source confirms"
                    if citation.known_reporter else "citation could not be checked")
     marks = [possible_fabrication(f"{citation.volume} {citation.reporter} {citation.page}", "KG's case index")] \

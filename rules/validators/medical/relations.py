@@ -401,7 +401,12 @@ def brand(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
         end = second.end
         close = re.match(r"[\w\s-]{0,25}?\)", doc.text[end:end + 30]) if "(" in gap else None
         span = (first.start, end + (close.end() if close else 0))
-        findings.append(_judge_brand(doc, brand_mention, generic, span))
+        judged = _judge_brand(doc, brand_mention, generic, span)
+        # "Varenicline (Chantix) still carries ...": a right name in parentheses names the subject, it is not what
+        # the sentence asserts, so it makes no claim of its own (a wrong one is still an error)
+        if judged.verdict == "supported" and gap.strip().startswith("("):
+            continue
+        findings.append(judged)
     findings += _formulation_claims(doc, drugs)
     return findings
 

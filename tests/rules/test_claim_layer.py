@@ -131,3 +131,20 @@ def test_parenthetical_brand_makes_no_claim_when_right_and_is_contradicted_when_
     assert not claims("Sertraline (Zoloft) should be taken at the same time each day.", "medical", "brand_generic")
     assert {v for v, _ in claims("Sertraline (Prozac) should be taken at the same time each day.", "medical",
                                  "brand_generic")} == {"contradicted"}
+
+
+# -- a dose stated for a combination is that combination's limit, which the KG may not hold ---------------------
+def test_a_dose_limit_stated_with_a_co_medication_is_not_contradicted_by_the_single_drug_maximum() -> None:
+    assert {v for v, _ in claims("Simvastatin: keep it at 10 mg daily at most when combined with amlodipine.",
+                                 "medical", "dose")} <= {"unverifiable", "supported"}
+    assert {v for v, _ in claims("Simvastatin: keep it at 200 mg daily at most.", "medical", "dose")} == {"contradicted"}
+
+
+# -- polarity of "billable": a negated statement about a code is read as negated ----------------------------------
+@pytest.mark.parametrize(("text", "verdict"), [
+    ("For claims since the 2022 code update, M54.5 is no longer a billable code.", {"unverifiable", "supported"}),
+    ("E78.5 isn't a billable code.", {"contradicted"}),         # it is a billable leaf
+])
+def test_negated_billable_statements(text: str, verdict: set[str]) -> None:
+    found = {v for v, _ in claims(text, "medical", "icd10cm_code")}
+    assert found == verdict if len(verdict) == 1 else found <= verdict

@@ -77,8 +77,30 @@ def dose(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
                 continue
             stated_max = amount.is_maximum or _max_by_structure(seg, amount.start)
             qualifiers = qualifiers_at(doc, amount.start, drug)
-            findings.append(_judge(doc, drug, replace(amount, is_maximum=stated_max), qualifiers, tolerance))
+            judged = _judge(doc, drug, replace(amount, is_maximum=stated_max), qualifiers, tolerance)
+            partner = _co_medication(doc, amount.start, drug)
+            if judged.verdict == "contradicted" and partner is not None:
+                judged = replace(judged, verdict="unverifiable", confidence=0.5, evidence=[Evidence(
+                    kind="rule", description=f"unverifiable: the dose is stated for use with {partner.text}; labels set "
+                    "lower limits with some co-medications, which the KG does not hold"), *judged.evidence])
+            findings.append(judged)
     return findings
+
+
+# "Do not exceed 20 mg daily with amlodipine", "limit to 5 mg when taken with cyclosporine": a limit for a combination
+_WITH_PARTNER = re.compile(r"\b(?:with|alongside|plus|combined with|together with|when taking|if taking|on)\s+(?:\w+\s+){0,2}$",
+                           re.I)
+
+
+def _co_medication(doc: Document, position: int, drug: Mention) -> Mention | None:
+    """Another drug named with "with ..." in the dose's clause: the dose may be that combination's own limit."""
+    clause = doc.clause_of(position)
+    for other in doc.mentions(["drug"]):
+        if other.in_prompt or not (clause[0] <= other.start < clause[1]) or set(other.entity_ids) & set(drug.entity_ids):
+            continue
+        if _WITH_PARTNER.search(doc.text[max(clause[0], other.start - 30):other.start]):
+            return other
+    return None
 
 
 def _judge_comparison(doc: Document, drug: Mention, amount: Dose, compared: re.Match[str]) -> Finding:

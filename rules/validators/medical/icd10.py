@@ -34,6 +34,7 @@ from typing import Any
 import simple_icd_10_cm as icd
 
 from rules.claims import Document, Segment
+from rules.extraction.polarity import negated_before
 from rules.report import Evidence
 from rules.validators.base import CitationCheck, Finding, package_source, validator
 from rules.validators.medical.context import is_labelled, labelled_drug_ids
@@ -195,8 +196,11 @@ def _judge_code(doc: Document, seg: Segment, code: str, span: tuple[int, int]) -
     own = icd.get_description(code)
     evidence = [Evidence(kind="registry", description=f"{code}: {own}", source=source, locator=locator)]
     sentence = seg.text
-    billable = re.search(r"(?<!non-)(?<!not )\bbillable\b", sentence, re.I)
-    not_billable = re.search(r"not billable|non-billable|unbillable|cannot be billed", sentence, re.I)
+    said = re.search(r"(?<!non-)\bbillable\b", sentence, re.I)
+    # "no longer a valid billable code", "isn't billable": the shared polarity rules read the negation
+    negated = said is not None and negated_before(sentence, said.start(), words=4)
+    billable = said if said is not None and not negated else None
+    not_billable = negated or re.search(r"non-billable|unbillable|cannot be billed", sentence, re.I)
     if billable and not not_billable and not icd.is_leaf(code):
         evidence.append(Evidence(kind="registry", description=f"{code} is a category with subcodes, not a billable leaf",
                                  source=source, locator=locator))

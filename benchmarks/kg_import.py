@@ -22,6 +22,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -150,9 +152,7 @@ def _constraint_processor(domain: str, kg: Any) -> Any:
 def run_one(fmt: str, domain: str, path: Path, store: str, repeats: int) -> dict[str, Any]:
     """The import runs as the operator runs it (`auditor kg import`, its own process); this process plays a
     serving replica: it warms the packaged version, then follows the store to the imported one."""
-    from auditor.kg.live import LiveKnowledgeGraphs
     from auditor.serving import runtime
-    from auditor.store.database import Database
     from benchmarks.verify_throughput import build_answers
     from knowledge_graphs import load_kg, packaged_kg
 
@@ -162,29 +162,13 @@ def run_one(fmt: str, domain: str, path: Path, store: str, repeats: int) -> dict
     processor = _constraint_processor(domain, packaged)
     warm = runtime.kg_listeners(None, None, None)[0]
     warm(packaged)
-    database = Database(store)
-    database.upgrade()
-    imported = _import_as_the_operator(fmt, domain, path, store)
-    rss_before = _rss_mb()
-    live = LiveKnowledgeGraphs(database, [domain], refresh_s=0,
-                               listeners=[warm, lambda kg: processor.register(kg, domain=domain)])
-    started = time.perf_counter()
-    live.refresh()
-    serve_s = time.perf_counter() - started
-    served = load_kg(domain)
-    assert served.version == imported["version"]
-    rss_served = _rss_mb()
-    kgs = {"before": packaged, "after": served}
-    throughput = _throughput(answers, domain, kgs, repeats)
-    linking = _linking_ms_per_kb(texts, kgs, repeats)
-    live.stop()
-    database.dispose()
+    with imported_and_served(fmt, domain, path, store, [warm, lambda kg: processor.register(kg, domain=domain)]) as row:
+        served = load_kg(domain)
+        kgs = {"before": packaged, "after": served}
+        throughput = _throughput(answers, domain, kgs, repeats)
+        linking = _linking_ms_per_kb(texts, kgs, repeats)
     return {
-        "format": fmt, "domain": domain, "rows": imported["rows"], "file_mb": round(path.stat().st_size / 2**20, 2),
-        "entities_added": imported["entities"], "facts_added": imported["facts"],
-        "import_s": imported["seconds"], "import_rss_added_mb": imported["rss_added_mb"],
-        "import_peak_added_mb": imported["peak_added_mb"],
-        "until_served_s": round(serve_s, 2), "rss_added_serving_mb": round(rss_served - rss_before, 1),
+        **row,
         "verify_outputs_per_s_before": throughput["before"]["wall"],
         "verify_outputs_per_s_after": throughput["after"]["wall"],
         "verify_outputs_per_cpu_s_before": throughput["before"]["cpu"],
@@ -192,6 +176,35 @@ def run_one(fmt: str, domain: str, path: Path, store: str, repeats: int) -> dict
         "linking_ms_per_kb_before": linking["before"], "linking_ms_per_kb_after": linking["after"],
         "kg_entities_before": len(packaged), "kg_entities_after": len(served),
     }
+
+
+@contextmanager
+def imported_and_served(fmt: str, domain: str, path: Path, store: str, listeners: list[Any]) -> Iterator[dict[str, Any]]:
+    """Import `path` as the operator does (its own process), then follow the store to the new version as a serving
+    replica does (`listeners` warm it); yields the import's and the serving side's numbers while it is served."""
+    from auditor.kg.live import LiveKnowledgeGraphs
+    from auditor.store.database import Database
+    from knowledge_graphs import load_kg
+
+    database = Database(store)
+    database.upgrade()
+    imported = _import_as_the_operator(fmt, domain, path, store)
+    rss_before = _rss_mb()
+    live = LiveKnowledgeGraphs(database, [domain], refresh_s=0, listeners=listeners)
+    started = time.perf_counter()
+    live.refresh()
+    serve_s = time.perf_counter() - started
+    assert load_kg(domain).version == imported["version"]
+    rss_served = _rss_mb()
+    try:
+        yield {"format": fmt, "domain": domain, "rows": imported["rows"],
+               "file_mb": round(path.stat().st_size / 2**20, 2), "entities_added": imported["entities"],
+               "facts_added": imported["facts"], "import_s": imported["seconds"],
+               "import_rss_added_mb": imported["rss_added_mb"], "import_peak_added_mb": imported["peak_added_mb"],
+               "until_served_s": round(serve_s, 2), "rss_added_serving_mb": round(rss_served - rss_before, 1)}
+    finally:
+        live.stop()
+        database.dispose()
 
 
 def _import_as_the_operator(fmt: str, domain: str, path: Path, store: str) -> dict[str, Any]:

@@ -19,12 +19,11 @@ import os
 import random
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.kg_import import _constraint_processor, _import_as_the_operator, _rss_mb, _word
+from benchmarks.kg_import import _constraint_processor, _word, imported_and_served
 
 Generator = Callable[[Path, int, random.Random], Path]
 _LEGAL_FORMS = ["LTD.", "LLC", "INC", "AG", "S.A.", "GMBH", "PLC", "CORP"]
@@ -184,10 +183,8 @@ class _Replica:
         self.warmed: dict[str, tuple[Any, Any]] = {}
 
     def serve(self, fmt: str, domain: str, path: Path, store: str) -> dict[str, Any]:
-        from auditor.kg.live import LiveKnowledgeGraphs
         from auditor.serving import runtime
-        from auditor.store.database import Database
-        from knowledge_graphs import load_kg, packaged_kg
+        from knowledge_graphs import packaged_kg
 
         if domain not in self.warmed:
             packaged = packaged_kg(domain)
@@ -195,25 +192,8 @@ class _Replica:
             warm(packaged)
             self.warmed[domain] = (warm, _constraint_processor(domain, packaged))
         warm, processor = self.warmed[domain]
-        database = Database(store)
-        database.upgrade()
-        imported = _import_as_the_operator(fmt, domain, path, store)
-        rss_before = _rss_mb()
-        live = LiveKnowledgeGraphs(database, [domain], refresh_s=0,
-                                   listeners=[warm, lambda kg: processor.register(kg, domain=domain)])
-        started = time.perf_counter()
-        live.refresh()
-        serve_s = time.perf_counter() - started
-        served = load_kg(domain)
-        assert served.version == imported["version"]
-        rss_served = _rss_mb()
-        live.stop()
-        database.dispose()
-        return {"format": fmt, "domain": domain, "rows": imported["rows"],
-                "file_mb": round(path.stat().st_size / 2**20, 2), "entities_added": imported["entities"],
-                "facts_added": imported["facts"], "import_s": imported["seconds"],
-                "import_rss_added_mb": imported["rss_added_mb"], "import_peak_added_mb": imported["peak_added_mb"],
-                "until_served_s": round(serve_s, 2), "rss_added_serving_mb": round(rss_served - rss_before, 1)}
+        with imported_and_served(fmt, domain, path, store, [warm, lambda kg: processor.register(kg, domain=domain)]) as row:
+            return row
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,3 +21,19 @@ def _packaged_kgs_after_each_test():
     from knowledge_graphs import registry
 
     registry._active.clear()
+
+
+@pytest.fixture
+def cli_database(tmp_path, monkeypatch):
+    """A fresh SQLite store that in-process CLI commands (`auditor.cli.main`) use, with no API key in the env."""
+    from auditor.settings import get_settings
+    from auditor.store.database import Database
+
+    monkeypatch.setenv("AUDITOR_DATABASE_URL", f"sqlite:///{tmp_path / 'cli.db'}")
+    monkeypatch.delenv("AUDITOR_API_KEY", raising=False)
+    get_settings.cache_clear()
+    database = Database.from_settings(get_settings())
+    database.upgrade()
+    yield database
+    database.dispose()
+    get_settings.cache_clear()

@@ -5,29 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from auditor.auth.keys import create_key
 from auditor.cli import main
 from auditor.kg import versions
-from auditor.settings import get_settings
-from auditor.store.database import Database
 from knowledge_graphs import packaged_kg
 from tests.auditor.scoring_doubles import append_output
 
 FIXTURES = Path(__file__).parents[2] / "knowledge_graphs" / "imports" / "fixtures"
-
-
-@pytest.fixture
-def cli_database(tmp_path, monkeypatch):
-    monkeypatch.setenv("AUDITOR_DATABASE_URL", f"sqlite:///{tmp_path / 'cli.db'}")
-    monkeypatch.delenv("AUDITOR_API_KEY", raising=False)
-    get_settings.cache_clear()
-    database = Database.from_settings(get_settings())
-    database.upgrade()
-    yield database
-    database.dispose()
-    get_settings.cache_clear()
 
 
 def kg(*argv: str) -> int:

@@ -7,29 +7,15 @@ import json
 import zlib
 from pathlib import Path
 
-import pytest
 from sqlalchemy import select
 
 from auditor.cli import main
 from auditor.kg import versions
 from auditor.kg.models import KgImport
-from auditor.settings import get_settings
 from auditor.store.database import Database
 from knowledge_graphs import packaged_kg
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "imports"
-
-
-@pytest.fixture
-def cli_database(tmp_path, monkeypatch):
-    monkeypatch.setenv("AUDITOR_DATABASE_URL", f"sqlite:///{tmp_path / 'cli.db'}")
-    monkeypatch.delenv("AUDITOR_API_KEY", raising=False)
-    get_settings.cache_clear()
-    database = Database.from_settings(get_settings())
-    database.upgrade()
-    yield database
-    database.dispose()
-    get_settings.cache_clear()
 
 
 def kg(*argv: str) -> int:

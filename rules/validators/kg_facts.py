@@ -55,8 +55,10 @@ class _RelationIndex:
 _TOKEN = re.compile(r"[A-Za-z0-9]+(?:['’-][A-Za-z0-9]+)*")
 
 
+@lru_cache(maxsize=65536)
 def _stem(word: str) -> str:
-    """A word without its inflection, so that an alias reads "insures", "insured" and "insure" alike."""
+    """A word without its inflection, so that an alias reads "insures", "insured" and "insure" alike (memoised:
+    an answer's words recur across answers, and this runs once per word)."""
     word = word.casefold()
     if len(word) < 5 or not word.isalpha() or word.endswith("ss"):
         return word

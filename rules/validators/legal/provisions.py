@@ -300,6 +300,16 @@ def _provision_texts(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> dict[st
 
 
 @lru_cache(maxsize=8)
+def _provisions_with_word(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> dict[str, frozenset[str]]:
+    """Content word -> the provisions whose texts hold it."""
+    index: dict[str, set[str]] = {}
+    for entity_id, words in _provision_texts(kg_id, kg_version, kg).items():
+        for word in words:
+            index.setdefault(word, set()).add(entity_id)
+    return {word: frozenset(ids) for word, ids in index.items()}
+
+
+@lru_cache(maxsize=8)
 def _provision_parts(kg_id: int, kg_version: str, kg: KnowledgeGraph) -> dict[str, tuple[frozenset[str], ...]]:
     """Entity id -> content words of each of its texts apart (heading, each alias, each subject matter)."""
     out: dict[str, tuple[frozenset[str], ...]] = {}
@@ -482,7 +492,10 @@ def _subject_claim(doc: Document, ref: _Ref, attached: tuple[str, tuple[int, int
     claimed = _fit(words, texts.get(ref.entity.id, frozenset()), parts.get(ref.entity.id, ()))
     # the provision sharing the most of the description's words, then the closest fit (F1): a short heading that
     # shares one word ("decisions") does not outrank one that shares two ("arbitrary", "capricious")
-    ranked = sorted(((len(words & t), _score(words, t), i) for i, t in texts.items() if i != ref.entity.id), reverse=True)
+    # only provisions that share a word can rank above zero (an inverted index: the KG holds ~2,000 provisions)
+    candidates = {i for w in words for i in _provisions_with_word(id(doc.kg), doc.kg.version, doc.kg).get(w, ())}
+    ranked = sorted(((len(words & texts[i]), _score(words, texts[i]), i) for i in candidates if i != ref.entity.id),
+                    reverse=True)
     _, best_score, best_id = ranked[0] if ranked else (0, (0.0, 0.0), "")
     best_score = _fit(words, texts[best_id], parts.get(best_id, ())) if best_id else best_score
     span = (min(ref.start, desc_span[0]), max(ref.end, desc_span[1]))

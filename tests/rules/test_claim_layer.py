@@ -148,3 +148,25 @@ def test_a_dose_limit_stated_with_a_co_medication_is_not_contradicted_by_the_sin
 def test_negated_billable_statements(text: str, verdict: set[str]) -> None:
     found = {v for v, _ in claims(text, "medical", "icd10cm_code")}
     assert found == verdict if len(verdict) == 1 else found <= verdict
+
+
+# -- every domain an answer touches; references that may not exist (issue 48) --------------------------------------
+def test_a_legal_answers_dose_claim_is_judged_by_the_medical_checkers() -> None:
+    report = verify("The settlement memo notes that the plaintiff took apixaban at 40 mg a day before the bleed.", "legal")
+    dose = [c for c in report.claims if c.kind == "dose"]
+    assert [(c.domain, c.verdict) for c in dose] == [("medical", "contradicted")]
+    assert "medical" in report.versions.other_domains
+    assert any(a.rule_id.startswith("med.") for a in report.gate_actions)
+
+
+def test_an_invented_drug_name_is_marked_as_a_possible_fabrication() -> None:
+    found = [c for c in verify("Start Quorvantide 25 mg once daily for the neuropathy.", "medical").claims
+             if c.kind == "drug_name"]
+    assert [c.verdict for c in found] == ["unverifiable"]
+    assert any(e.kind == "possible_fabrication" for e in found[0].evidence)
+
+
+def test_without_routing_only_the_request_domain_judges() -> None:
+    report = verify("The settlement memo notes that the plaintiff took apixaban at 40 mg a day before the bleed.", "legal",
+                    route=False)
+    assert not [c for c in report.claims if c.kind == "dose"] and not report.versions.other_domains

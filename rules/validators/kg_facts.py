@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -398,8 +398,11 @@ def _finding(doc: Document, span: tuple[int, int], spec: RelationSpec, subject: 
 
 
 def _unverifiable(doc: Document, span: tuple[int, int], spec: RelationSpec, subject: Mention, reason: str,
-                  facts: list[Fact] = ()) -> Finding:  # type: ignore[assignment]
+                  facts: Sequence[Fact] = ()) -> Finding:
+    """No verdict, with the reason first and the facts that were weighed after it (a reviewer sees both)."""
     evidence = [Evidence(kind="rule", description=f"unverifiable: {reason}")]
+    if doc.kg is not None:
+        evidence += [kg_evidence(_describe(doc.kg, f), f.provenance) for f in facts[:3]]
     return Finding(doc.text[span[0]:span[1]], span, spec.name, "unverifiable", 0.5, evidence, subject=subject.entity_ids[0])
 
 

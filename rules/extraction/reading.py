@@ -205,10 +205,9 @@ def _is_scalar(value: Any) -> bool:
 
 
 def _literal(value: Any) -> str:
+    """A scalar as JSON and YAML write it (the form found again in the block's text)."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, float) and value == int(value):
-        return str(value)
     return str(value)
 
 

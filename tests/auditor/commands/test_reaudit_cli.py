@@ -9,21 +9,15 @@ import pytest
 
 from auditor.cli import main
 from auditor.settings import get_settings
-from auditor.store.database import Database
 from tests.auditor.scoring_doubles import append_output
 
 
 @pytest.fixture
-def cli_database(tmp_path, monkeypatch):
-    url = f"sqlite:///{tmp_path / 'cli.db'}"
-    monkeypatch.setenv("AUDITOR_DATABASE_URL", url)
+def cli_database(cli_database, monkeypatch):
+    """The shared CLI store (tests/conftest.py), scored by the marker evaluator."""
     monkeypatch.setenv("AUDITOR_WORKER_EVALUATOR", "tests.auditor.scoring_doubles:MarkerEvaluator")
     get_settings.cache_clear()
-    database = Database.from_settings(get_settings())
-    database.upgrade()
-    yield database
-    database.dispose()
-    get_settings.cache_clear()
+    return cli_database
 
 
 def test_reaudit_start_runs_the_job_and_prints_its_summary(cli_database, capsys) -> None:

@@ -59,12 +59,14 @@ def guarded(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise CliError(f"audit store error: {reason}") from exc
 
 
-def in_session(work: Callable[[Session], T], *, user_errors: tuple[type[Exception], ...] = ()) -> T:
+def in_session(work: Callable[[Session], T], *, user_errors: tuple[type[Exception], ...] = (),
+               write: bool = False) -> T:
     """Open the configured store, run `work` in one committed session, and turn both driver errors and the
-    given service errors (a bad id, role, reason) into one-line CLI errors."""
+    given service errors (a bad id, role, reason) into one-line CLI errors. `write=True` for work that reads
+    and then writes, so a running service's commits in between cannot fail it on SQLite (Database.session)."""
     database = open_database(load_settings())
     try:
-        with database.session() as session:
+        with database.session(write=write) as session:
             return guarded(work, session)
     except user_errors as exc:
         raise CliError(str(exc)) from exc

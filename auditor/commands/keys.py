@@ -17,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     create = actions.add_parser("create", help="create a key and print it once")
     create.add_argument("--tenant", required=True, help="the customer the key acts for")
     create.add_argument("--role", required=True, choices=ROLES,
-                        help="client: inference; reviewer: review queue; auditor: the tenant's trail; admin: everything")
+                        help="client: inference; reviewer: review queue; auditor: the tenant's trail; admin: everything; "
+                             "metrics: /metrics only, every tenant's series (a Prometheus scraper)")
     create.add_argument("--name", help="a label for the key (who or what uses it)")
     create.set_defaults(func=_create)
     listing = actions.add_parser("list", help="list keys (never their secrets)")
@@ -37,7 +38,7 @@ def _create(args: argparse.Namespace) -> int:
         key, plaintext = create_key(session, tenant=args.tenant, role=args.role, name=args.name)
         return key.id, plaintext
 
-    key_id, plaintext = in_session(create, user_errors=(ApiKeyError,))
+    key_id, plaintext = in_session(create, user_errors=(ApiKeyError,), write=True)
     print(f"key id: {key_id}\ntenant: {args.tenant}\nrole: {args.role}\nkey: {plaintext}")
     print("store the key now: it is not shown again")
     return 0
@@ -62,7 +63,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _revoke(args: argparse.Namespace) -> int:
-    in_session(lambda session: revoke_key(session, args.key_id), user_errors=(ApiKeyError,))
+    in_session(lambda session: revoke_key(session, args.key_id), user_errors=(ApiKeyError,),
+               write=True)
     print(f"revoked {args.key_id}")
     return 0
 

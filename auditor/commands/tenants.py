@@ -38,7 +38,7 @@ def _list(_args: argparse.Namespace) -> int:
 
 def _set_detection(args: argparse.Namespace) -> int:
     mode = None if args.mode == "default" else args.mode
-    in_session(lambda session: set_detection_mode(session, args.tenant, mode, by="cli"),
+    in_session(lambda session: set_detection_mode(session, args.tenant, mode, by="cli"), write=True,
                user_errors=(UnknownDetectionMode,))
     print(f"{args.tenant}: domain detection {args.mode}")
     return 0

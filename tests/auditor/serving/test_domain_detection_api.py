@@ -15,6 +15,7 @@ from auditor.tenants.service import set_detection_mode
 from knowledge_graphs import load_kg
 from knowledge_graphs.minilm import load_encoder
 from tests.auditor.conftest import FakeEngine
+from tests.auditor.sse import delivered, events
 
 WRONG_DOSE = "Metformin: take up to 5000 mg per day."
 
@@ -66,7 +67,7 @@ def _evaluator():
 
 
 def _set_mode(client: TestClient, tenant: str, mode: str | None) -> None:
-    with client.app.state.services.database.session() as session:
+    with client.app.state.services.database.session(write=True) as session:
         set_detection_mode(session, tenant, mode, by="test")
 
 
@@ -103,8 +104,10 @@ def test_streamed_wrong_dose_is_never_released(serve) -> None:
     client = serve(f"Sure. {WRONG_DOSE} Hope that helps.")
     body = {"model": "auditor", "stream": True, "messages": [{"role": "user", "content": "metformin dosing?"}]}
     with client.stream("POST", "/v1/chat/completions", json=body) as response:
-        text = "".join(response.iter_text())
-    assert response.status_code == 200 and "[DONE]" in text
+        lines = events("".join(response.iter_text()))
+    assert response.status_code == 200 and lines[-1] == "[DONE]"
+    # the delivered text, not the raw stream: a random audit id may itself contain "5000"
+    text = delivered(lines)
     assert "5000" not in text and "Hope that helps." in text
 
 

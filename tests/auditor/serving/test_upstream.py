@@ -21,6 +21,7 @@ import pytest
 
 from benchmarks.serve_process import ServeProcess, free_port, model_folder
 from tests.auditor.conftest import ScriptedVerifier
+from tests.auditor.sse import delivered, events
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -83,19 +84,6 @@ def record(client, audit_id: str) -> dict[str, Any]:
     response = client.get(f"/v1/audits/{audit_id}")
     assert response.status_code == 200, response.text
     return response.json()
-
-
-def events(body: str) -> list[str]:
-    return [line.removeprefix("data: ") for line in body.splitlines() if line.startswith("data: ")]
-
-
-def delivered(lines: list[str]) -> str:
-    text = ""
-    for line in lines:
-        if line != "[DONE]":
-            for choice in json.loads(line).get("choices", []):
-                text += choice.get("delta", {}).get("content") or ""
-    return text
 
 
 def assert_error(response, status: int, code: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import anyio
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from prometheus_client import start_http_server
 
@@ -38,6 +38,7 @@ from auditor.api import (
     trends,
     usage,
 )
+from auditor.api.json_numbers import refuse_non_finite_numbers
 from auditor.api.deps import Services
 from auditor.api.errors import (
     ENGINE_RETRY_AFTER,
@@ -273,6 +274,7 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                 services.ready = False
 
     app = FastAPI(title="Hallucination auditor", version="0.1.0", lifespan=lifespan,
+                  dependencies=[Depends(refuse_non_finite_numbers)],
                   description="OpenAI-compatible inference with audit IDs, a safety gate and a tamper-evident audit log")
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)

@@ -52,6 +52,7 @@ def verify(
     kg: KnowledgeGraph | None = None,
     route: bool = True,
     packs: Mapping[str, RulePack] | None = None,
+    kgs: Mapping[str, KnowledgeGraph] | None = None,
 ) -> Report:
     """Extract the checkable claims of `text` and judge each against the domain's validators.
 
@@ -60,7 +61,7 @@ def verify(
     path to a pack file, or None for the bundled pack of `domain`; `intent` restricts the rules to those that
     apply to it; `kg` overrides `knowledge_graphs.load_kg(domain)`.
     With `route` (the default), the other domains the text touches (`rules.routing`) run their packs too (`packs`
-    gives a domain's active pack, else the bundled one, and `load_kg` its current KG): each claim is judged by the
+    gives a domain's active pack, else the bundled one; `kgs` its KG, else `load_kg`'s): each claim is judged by the
     checkers of its own domain and carries it, and a gate action follows the rule of the pack that fired.
     Raises UnknownDomainError / EmptyTextError (ValueError subclasses) and PackError for a bad pack.
     """
@@ -76,7 +77,8 @@ def verify(
     runs = [(domain, rule_pack, graph)]
     if route:
         for other in touched_domains(view.text, domain):
-            runs.append((other, (packs or {}).get(other) or load_pack(other), _load_kg(other)))
+            other_kg = (kgs or {}).get(other) or _load_kg(other)
+            runs.append((other, (packs or {}).get(other) or load_pack(other), other_kg))
     tagged: list[tuple[str, Finding]] = []
     for run_domain, run_pack, run_kg in runs:
         doc = Document(text=view.text, domain=run_domain, kg=run_kg, prompt=prompt)

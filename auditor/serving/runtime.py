@@ -112,6 +112,9 @@ class RulesVerifier:
         active = self.source.pack_for(domain) if self.source is not None else None
         return active or self.bundled[domain]
 
+    def _active_packs(self) -> dict[str, RulePack]:
+        return {domain: pack for domain in self.bundled if (pack := self.pack(domain)) is not None}
+
     def warm_up(self) -> None:
         """Run each pack once so the first request does not pay for loading validators and registries."""
         for domain in self.bundled:
@@ -138,7 +141,9 @@ class RulesVerifier:
         if pack is None or domain is None:
             return Verification()
         try:
-            report = rules_verify(text, domain, prompt=prompt, pack=pack, intent=intent, kg=self.kgs[domain])
+            # the other domains an answer touches are judged under their own active packs and served KGs
+            report = rules_verify(text, domain, prompt=prompt, pack=pack, intent=intent, kg=self.kgs[domain],
+                                  packs=self._active_packs(), kgs=self.kgs)
         except EmptyTextError:
             return Verification()
         return _verification(text, report)
@@ -147,7 +152,10 @@ class RulesVerifier:
 def _verification(text: str, report: Report) -> Verification:
     claims: list[dict[str, Any]] = [claim.model_dump(mode="json") for claim in report.claims]
     for claim in claims:
-        claim["versions"] = {"kg": report.versions.kg, "rule_pack": report.versions.rule_pack,
+        # a claim judged in another domain the answer touched names that domain's KG and pack
+        judged_under = report.versions.other_domains.get(claim.get("domain") or report.domain)
+        claim["versions"] = {"kg": judged_under.kg if judged_under else report.versions.kg,
+                             "rule_pack": judged_under.rule_pack if judged_under else report.versions.rule_pack,
                              "evaluator": report.versions.evaluator}
     decisions = []
     redact_spans = []

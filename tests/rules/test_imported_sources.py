@@ -232,3 +232,47 @@ def test_a_fabricated_citation_is_contradicted_inside_imported_coverage_and_a_po
     (outside,) = claims(text, "legal", packaged, "case_citation")
     assert outside.verdict == "unverifiable"
     assert any(e.kind == "possible_fabrication" for e in outside.evidence)
+
+
+def _imported(source: str, fixture: str, domain: str = "legal") -> KnowledgeGraph:
+    from pathlib import Path
+
+    data = (Path(__file__).parents[1] / "fixtures" / "imports" / fixture).read_bytes()
+    stamp = ImportStamp(source, source.split("-")[0], fixture, hashlib.sha256(data).hexdigest(),
+                        "2026-12-08T10:00:00+00:00", "key:k1 (acme)", "2026-12-01")
+    packaged = load_kg(domain)
+    return apply_overlays(packaged, [parse_file(source, data, domain=domain, stamp=stamp, kg=packaged)])
+
+
+@pytest.mark.parametrize(("source", "fixture", "text", "absent", "nearest"), [
+    # a U.S. Code title read whole: a section it lacks does not exist
+    ("uslm-xml", "uslm_title42_excerpt.xml", "A plaintiff may also sue under 42 U.S.C. § 1984 for lost wages.",
+     "no section 1984 in Title 42", "42 U.S.C. 1982, 1983"),
+    # an eCFR part read whole: a section of that part it lacks does not exist
+    ("ecfr-xml", "ecfr_title12_part1026.xml", "Creditors must follow 12 C.F.R. § 1026.2999 for every mortgage.",
+     "no section 1026.2999 in 12 C.F.R. Part 1026", "12 C.F.R. 1026."),
+], ids=["usc-section", "cfr-section"])
+def test_a_code_section_missing_from_a_title_imported_whole_is_contradicted(source, fixture, text, absent,
+                                                                             nearest) -> None:
+    covered = _imported(source, fixture)
+    (inside,) = claims(text, "legal", covered, "statute")
+    assert inside.verdict == "contradicted"
+    [evidence] = [e for e in inside.evidence if e.kind == "fabrication"]
+    assert absent in evidence.description and "completely" in evidence.description and nearest in evidence.description
+    (outside,) = claims(text, "legal", load_kg("legal"), "statute")   # the starter KG declares no such coverage
+    assert outside.verdict == "unverifiable" and any(e.kind == "possible_fabrication" for e in outside.evidence)
+
+
+def test_a_part_of_a_title_imported_only_in_part_stays_a_possible_fabrication() -> None:
+    # the fixture holds part 1026 of title 12, not the whole title: part 1099's absence proves nothing
+    covered = _imported("ecfr-xml", "ecfr_title12_part1026.xml")
+    (claim,) = claims("Disclosures fall under 12 C.F.R. Part 1099.", "legal", covered, "statute")
+    assert claim.verdict == "unverifiable" and any(e.kind == "possible_fabrication" for e in claim.evidence)
+
+
+def test_a_section_imported_from_ecfr_resolves_as_a_reference() -> None:
+    # eCFR sections arrive as "regulation" entities; a reference to one is found, never a possible fabrication
+    covered = _imported("ecfr-xml", "ecfr_title12_part1026.xml")
+    (claim,) = claims("Under 12 C.F.R. § 1026.1, Regulation Z states its purpose.", "legal", covered, "statute")
+    assert claim.verdict != "contradicted" and not any(e.kind == "possible_fabrication" for e in claim.evidence)
+    assert any("1026.1" in e.description for e in claim.evidence)

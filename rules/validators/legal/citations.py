@@ -638,7 +638,8 @@ class StatuteIndex:
     def __init__(self, kg: KnowledgeGraph):
         self.exact: dict[tuple[tuple[str, str, str], str], Entity] = {}
         self.sections: dict[tuple[str, str, str], list[Entity]] = {}
-        for entity in kg.entities("statute"):
+        # C.F.R. sections imported from eCFR are "regulation" entities: a reference to one must resolve too
+        for entity in [*kg.entities("statute"), *kg.entities("regulation")]:
             for form in entity.surface_forms:
                 for _, _, key, sub in statute_keys(form):
                     self.exact.setdefault((key, sub), entity)

@@ -36,6 +36,7 @@ from rules.report import Evidence
 from rules.units import find_money
 from rules.validators.base import CitationCheck, Finding, kg_evidence, possible_fabrication, validator
 from rules.validators.legal.citations import _statute_index, case_citations, statute_keys
+from rules.validators.legal.code_coverage import absence_inside_coverage
 
 _BARE_SECTION = re.compile(r"(?<![\w.])§§?\s*(?P<section>\d+[a-zA-Z]?(?:-\d+[a-z]?)?)(?P<sub>(?:\([a-zA-Z0-9]{1,4}\))*)(?:\s+et\s+seq\.)?")
 _BARE_RULE = re.compile(r"\bRule\s+(?P<section>\d+)(?![\w-])(?P<sub>(?:\([a-zA-Z0-9]{1,4}\))*)")
@@ -79,6 +80,7 @@ class _Ref:
     entity: Entity | None
     text: str
     sub: str = ""
+    key: tuple[str, str, str] | None = None   # (code, title, section) of a U.S.C. / C.F.R. / Rules reference
 
 
 @validator("legal.statute")
@@ -101,11 +103,12 @@ def _references(doc: Document) -> list[_Ref]:
     refs: list[_Ref] = []
     taken: list[tuple[int, int]] = []
 
-    def add(start: int, end: int, entity: Entity | None, sub: str = "") -> None:
+    def add(start: int, end: int, entity: Entity | None, sub: str = "", key: tuple[str, str, str] | None = None
+            ) -> None:
         if any(s < end and start < e for s, e in taken):
             return
         taken.append((start, end))
-        refs.append(_Ref(start, end, entity, doc.text[start:end], sub))
+        refs.append(_Ref(start, end, entity, doc.text[start:end], sub, key))
 
     last_title: str | None = None
     keys = statute_keys(doc.text)
@@ -116,7 +119,7 @@ def _references(doc: Document) -> list[_Ref]:
             # "42 U.S.C. § 2000e et seq.": the sections that follow (2000e-2, ...) belong to the range
             entity = next((e for k, es in index.sections.items() if k[0] == key[0] and k[1] == key[1]
                            and k[2].startswith(key[2] + "-") for e in es), None)
-        add(start, end + len(et_seq), entity, sub)
+        add(start, end + len(et_seq), entity, sub, key)
     for match in _CONSTITUTION.finditer(doc.text):
         name = f"U.S. Const. art. {match.group('art').upper()}, § {match.group('sec')}" + (
             f", cl. {match.group('cl')}" if match.group("cl") else "")
@@ -345,6 +348,12 @@ def _judge_reference(doc: Document, ref: _Ref) -> list[Finding]:
             return [Finding(ref.text, (ref.start, ref.end), "statute", "contradicted", 0.85,
                             [kg_evidence(f"{wrong.name} is not {ref.text}", wrong.provenance)], subject=wrong.id,
                             citation=CitationCheck("statute", "unconfirmed", False))]
+        absent = absence_inside_coverage(doc.kg, list(_statute_index(id(doc.kg), doc.kg.version, doc.kg).sections),
+                                         ref.key) if ref.key is not None else None
+        if absent is not None:
+            return [Finding(ref.text, (ref.start, ref.end), "statute", "contradicted", 0.85,
+                            [Evidence(kind="fabrication", description=absent)],
+                            citation=CitationCheck("statute", "invalid", False))]
         return [Finding(ref.text, (ref.start, ref.end), "statute", "unverifiable", 0.5,
                         [possible_fabrication(ref.text, "KG's statute index"),
                          Evidence(kind="kg_fact", description=f"{ref.text} is not in the KG's statute index")],
@@ -439,11 +448,20 @@ def _named_elsewhere(doc: Document, ref: _Ref) -> Entity | None:
     return None
 
 
+def _contains(provision: Entity, ref: _Ref) -> bool:
+    """Whether a named provision holds the cited one: "Regulation Z" (12 C.F.R. Part 1026) holds § 1026.1."""
+    if ref.key is None:
+        return False
+    code, title, section = ref.key
+    return any(key[0] == code and key[1] == title and section.startswith(key[2] + ".")
+               for form in provision.surface_forms for _, _, key, _ in statute_keys(form))
+
+
 def _act_claim(doc: Document, seg: Segment, ref: _Ref) -> Finding | None:
     assert doc.kg is not None and ref.entity is not None
     named = [e for e in _named_statutes(doc, ref) if not e.id.startswith("act:")]
     if named and len(statute_keys(doc.text[doc.clause_of(ref.start)[0]:doc.clause_of(ref.start)[1]])) <= 1:
-        holds = any(e.id == ref.entity.id for e in named)
+        holds = any(e.id == ref.entity.id or _contains(e, ref) for e in named)
         if not holds and _cites_sections_after(doc, ref):
             return None     # "§ 2000e et seq." names the sections after § 2000e too: another one of them is no error
         other = next((e for e in named if e.id != ref.entity.id), named[0])

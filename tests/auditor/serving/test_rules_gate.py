@@ -92,3 +92,41 @@ def test_a_bare_opening_answer_leaves_with_a_sentence_that_passes_and_alone_when
     later = OutputGate(verifier, domain="medical", prompt="?")
     assert later.feed("Metformin is indicated for type 2 diabetes. Correct. ") + later.finish() == (
         "Metformin is indicated for type 2 diabetes. Correct. ")
+
+
+class _ActivePacks:
+    """A pack source as the store's would be after an activation: given packs, else the bundled ones."""
+
+    def __init__(self, **packs) -> None:
+        self.packs = packs
+
+    def pack_for(self, domain: str):
+        return self.packs.get(domain)
+
+
+def test_a_claim_in_another_domain_is_judged_under_that_domains_active_pack_and_served_kg(tmp_path) -> None:
+    """A legal answer that states a drug dose: the dose is judged by the medical checkers, under the medical pack
+    the store has activated (here it annotates instead of blocking) and the medical KG the service serves, and
+    the claim names both versions."""
+    from pathlib import Path
+
+    import rules
+    from knowledge_graphs import load_kg
+    from rules import load_pack
+
+    bundled = (Path(rules.__file__).parent / "packs" / "medical.yaml").read_text()
+    edited = bundled.replace("    severity: critical\n    on_fail: block\n", "    severity: high\n    on_fail: annotate\n", 1)
+    assert edited != bundled
+    (tmp_path / "medical.yaml").write_text(edited)
+    active_medical = load_pack(tmp_path / "medical.yaml")
+    served_medical = tiny_medical_kg()
+    verifier = RulesVerifier({"legal": load_kg("legal"), "medical": served_medical},
+                             packs=_ActivePacks(medical=active_medical))
+    text = "Under the settlement the clinic agreed that patients would take metformin 9000 mg daily."
+    result = verifier.verify(text, domain="legal", prompt=None)
+    dose = next(c for c in result.claims if c["kind"] == "dose")
+    assert dose["domain"] == "medical" and dose["verdict"] == "contradicted"
+    assert dose["versions"]["rule_pack"] == active_medical.hash != load_pack("medical").hash
+    assert dose["versions"]["kg"] == served_medical.version
+    [decision] = [d for d in result.decisions if d.rule_id == "med.dose.max_daily"]
+    assert decision.action == "annotate"   # the active pack's action, not the bundled pack's block

@@ -50,3 +50,11 @@ def test_the_mounted_model_registry_is_valid() -> None:
     from auditor.serving.registry import read_entries
 
     read_entries(DEPLOY / "models.yaml", None)
+
+
+def test_the_service_signs_regulator_bundles_with_a_mounted_key() -> None:
+    # production exports no bundle without an Ed25519 key: the recipe mounts one read-only where the setting points
+    auditor = _compose()["x-auditor"]
+    path = auditor["environment"]["AUDITOR_SIGNING_KEY_FILE"]
+    assert any(volume.split(":")[1] == path and volume.endswith(":ro") for volume in auditor["volumes"]
+               if isinstance(volume, str))

@@ -9,7 +9,8 @@ import sys
 
 # Module names under auditor.commands, in the order `auditor --help` lists them.
 COMMANDS = ("demo", "serve", "engine_core", "verify", "db", "audit", "audits", "holds", "review", "access_log", "trends",
-            "alerts", "rules", "keys", "tenants", "worker", "reaudit", "import_outputs", "kg", "loadgen")
+            "alerts", "rules", "keys", "tenants", "worker", "reaudit", "import_outputs", "imports", "kg",
+            "loadgen")
 
 
 class CliError(Exception):

@@ -49,6 +49,10 @@ class Settings(BaseSettings):
     # else the checkpoint's dtype. Every audit record names the dtype it was generated in.
     engine_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     hmac_key: SecretStr = SecretStr(DEVELOPMENT_HMAC_KEY)
+    # The Ed25519 key (PEM, PKCS#8) that signs regulator bundles beside the HMAC, so they can be checked with the
+    # public key alone (`auditor audits bundle-keys` prints it). None: made on first use in the data directory in
+    # development and test; production refuses to sign without it (see auditor.store.signing_key).
+    signing_key_file: Path | None = None
     host: str = "127.0.0.1"
     port: int = 8000
     checkpoint_interval: int = Field(default=100, ge=1)   # a signed checkpoint every N records

@@ -183,6 +183,17 @@ def _without_hidden_contradiction(claim: Claim, contradicted: list[tuple[int, in
     return claim.model_copy(update={"verdict": "unverifiable", "evidence": [note, *claim.evidence]})
 
 
+def _first_of_each(evidence: list[Evidence]) -> list[Evidence]:
+    seen: set[tuple[str, str, str | None, str | None]] = set()
+    unique = []
+    for item in evidence:
+        key = (item.kind, item.description, item.source, item.locator)
+        if key not in seen:
+            seen.add(key)
+            unique.append(item)
+    return unique
+
+
 def _merge(members: list[tuple[str, Finding]]) -> tuple[Claim, list[tuple[str, Finding]]]:
     """One claim from the findings of several rules; returns it and the findings that decided it."""
     for verdict in ("contradicted", "supported", "unverifiable"):
@@ -192,6 +203,8 @@ def _merge(members: list[tuple[str, Finding]]) -> tuple[Claim, list[tuple[str, F
     first = deciding[0][1]
     evidence: list[Evidence] = [e for _, f in deciding for e in f.evidence]
     evidence += [e for _, f in members if f.verdict != first.verdict for e in f.evidence]
+    # two rules may find the same thing (a section proved absent is both a statute and an existence finding)
+    evidence = _first_of_each(evidence)
     claim = Claim(
         text=first.text,
         span=first.span,

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, select, update
 
 from auditor.alerts.models import Alert, AlertRule
 from auditor.alerts.rules import AlertSpec
+from auditor.alerts.webhooks import scrub_url
 from auditor.store.base import new_id, utcnow
 from auditor.store.database import Database
 from auditor.trail.events import append_event
@@ -140,7 +141,8 @@ def deliver_pending(database: Database, *, retry_delays_s: list[float], post: Po
             post(alert.webhook_url, payload)
             error = None
         except Exception as exc:   # connection refused, timeout, non-2xx: all retried the same way
-            error = f"{type(exc).__name__}: {exc}"[:1000]
+            # httpx names the URL it failed on; its token must not reach the stored error
+            error = scrub_url(f"{type(exc).__name__}: {exc}", alert.webhook_url)[:1000]
         values: dict[str, Any] = {"attempts": attempt, "last_error": error}
         if error is None:
             values.update(delivery="delivered", delivered_at=utcnow(), next_attempt_at=None)

@@ -1,4 +1,8 @@
-"""Alert rules and alerts for the API and CLI: create, list, disable rules; list fired alerts."""
+"""Alert rules and alerts for the API and CLI: create, list, disable rules; list fired alerts.
+
+Tenancy: a rule whose filter names a tenant (`... for tenant=beta`) is that tenant's, and so are the alerts it
+fired; a rule without one watches every tenant and is the admins' alone. A tenant's reader sees its tenant's
+rules and alerts only. Webhook URLs are shown redacted to everyone (`auditor.alerts.webhooks`)."""
 
 from __future__ import annotations
 
@@ -6,10 +10,11 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, select, update
 
 from auditor.alerts.models import Alert, AlertRule
 from auditor.alerts.rules import AlertRuleIn, parse_expression
+from auditor.alerts.webhooks import redact_url, scrub_url, url_fingerprint
 from auditor.store.base import utcnow
 from auditor.store.database import Database
 from auditor.trail.access_log import Reader
@@ -28,7 +33,9 @@ class AlertRuleOut(BaseModel):
     threshold: float
     window_s: int
     filters: dict[str, Any] | None
-    webhook_url: str
+    tenant: str | None              # the tenant the rule watches; None: every tenant (admins only)
+    webhook_url: str                # redacted: scheme, host and port; never the path, query or user info
+    webhook_fingerprint: str        # first 16 hex digits of the full URL's SHA-256
     enabled: bool
     cooldown_s: int
     created_at: datetime
@@ -51,6 +58,25 @@ class AlertOut(BaseModel):
     delivered_at: datetime | None
 
 
+def _rule_out(row: AlertRule) -> AlertRuleOut:
+    values = {name: getattr(row, name) for name in AlertRuleOut.model_fields
+              if name not in ("tenant", "webhook_url", "webhook_fingerprint")}
+    return AlertRuleOut(**values, tenant=_watched_tenant(row.filters), webhook_url=redact_url(row.webhook_url),
+                        webhook_fingerprint=url_fingerprint(row.webhook_url))
+
+
+def _watched_tenant(filters: dict[str, Any] | None) -> str | None:
+    tenant = (filters or {}).get("tenant")
+    return str(tenant) if tenant is not None else None
+
+
+def _visible_to(tenant_scope: str | None) -> ColumnElement[bool] | None:
+    """Rules a reader scoped to `tenant_scope` may see (None: an admin, every rule)."""
+    if tenant_scope is None:
+        return None
+    return AlertRule.filters["tenant"].as_string() == tenant_scope
+
+
 def create_rule(database: Database, actor: Reader, rule: AlertRuleIn) -> AlertRuleOut:
     spec = parse_expression(rule.expression)
     with database.session(write=True) as session:
@@ -61,27 +87,39 @@ def create_rule(database: Database, actor: Reader, rule: AlertRuleIn) -> AlertRu
                         next_check_at=utcnow(), state="ok")
         session.add(row)
         session.flush()
-        return AlertRuleOut.model_validate(row, from_attributes=True)
+        return _rule_out(row)
 
 
-def list_rules(database: Database, *, include_disabled: bool = False) -> list[AlertRuleOut]:
+def list_rules(database: Database, reader: Reader, *, include_disabled: bool = False) -> list[AlertRuleOut]:
     with database.session() as session:
         query = select(AlertRule).order_by(AlertRule.id)
         if not include_disabled:
             query = query.where(AlertRule.enabled.is_(True))
-        return [AlertRuleOut.model_validate(r, from_attributes=True) for r in session.execute(query).scalars()]
+        if (visible := _visible_to(reader.tenant_scope)) is not None:
+            query = query.where(visible)
+        return [_rule_out(r) for r in session.execute(query).scalars()]
 
 
 def disable_rule(database: Database, rule_id: int) -> AlertRuleOut:
     with database.session(write=True) as session:
         if session.execute(update(AlertRule).where(AlertRule.id == rule_id).values(enabled=False)).rowcount == 0:
             raise AlertRuleNotFound(f"no alert rule {rule_id}")
-        return AlertRuleOut.model_validate(session.get(AlertRule, rule_id), from_attributes=True)
+        return _rule_out(session.get(AlertRule, rule_id))
 
 
-def list_alerts(database: Database, *, rule_id: int | None = None, limit: int = 50) -> list[AlertOut]:
+def list_alerts(database: Database, reader: Reader, *, rule_id: int | None = None, limit: int = 50) -> list[AlertOut]:
     with database.session() as session:
-        query = select(Alert).order_by(Alert.fired_at.desc()).limit(limit)
+        query = (select(Alert, AlertRule.webhook_url).join(AlertRule, AlertRule.id == Alert.rule_id)
+                 .order_by(Alert.fired_at.desc()).limit(limit))
         if rule_id is not None:
             query = query.where(Alert.rule_id == rule_id)
-        return [AlertOut.model_validate(a, from_attributes=True) for a in session.execute(query).scalars()]
+        if (visible := _visible_to(reader.tenant_scope)) is not None:
+            query = query.where(visible)
+        shown = []
+        for alert, webhook_url in session.execute(query):
+            out = AlertOut.model_validate(alert, from_attributes=True)
+            # errors stored before delivery scrubbed them may still quote the URL
+            if out.last_error:
+                out.last_error = scrub_url(out.last_error, webhook_url)
+            shown.append(out)
+        return shown

@@ -1,4 +1,5 @@
-"""Alert rules (admins create and disable them) and the alerts they fired (auditors and admins read them)."""
+"""Alert rules (admins create and disable them) and the alerts they fired (auditors and admins read them; a
+tenant's auditor sees only the rules that watch its tenant, and their alerts)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ def create_rule(body: AlertRuleIn, database: DatabaseDep, admin: AdminDep) -> se
 
 
 @router.get("/rules", response_model=RuleList)
-def list_rules(database: DatabaseDep, _reader: ReaderDep, include_disabled: bool = False) -> RuleList:
-    return RuleList(data=service.list_rules(database, include_disabled=include_disabled))
+def list_rules(database: DatabaseDep, reader: ReaderDep, include_disabled: bool = False) -> RuleList:
+    return RuleList(data=service.list_rules(database, reader, include_disabled=include_disabled))
 
 
 @router.post("/rules/{rule_id}/disable", response_model=service.AlertRuleOut)
@@ -44,6 +45,6 @@ def disable_rule(rule_id: int, database: DatabaseDep, _admin: AdminDep) -> servi
 
 
 @router.get("", response_model=AlertList)
-def list_alerts(database: DatabaseDep, _reader: ReaderDep, rule_id: int | None = None,
+def list_alerts(database: DatabaseDep, reader: ReaderDep, rule_id: int | None = None,
                 limit: Annotated[int, Query(ge=1, le=500)] = 50) -> AlertList:
-    return AlertList(data=service.list_alerts(database, rule_id=rule_id, limit=limit))
+    return AlertList(data=service.list_alerts(database, reader, rule_id=rule_id, limit=limit))

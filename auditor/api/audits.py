@@ -21,7 +21,7 @@ from auditor.api.deps import DatabaseDep, ReaderDep, ReviewerDep, SettingsDep
 from auditor.api.errors import ApiError
 from auditor.api.schemas import AuditPage, ChainReportOut
 from auditor.trail import reads, reviews
-from auditor.trail.bundle import BundleFilters, write_bundle, zip_folder
+from auditor.trail.bundle import BundleError, BundleFilters, write_bundle, zip_folder
 from auditor.trail.queries import AuditQueryError
 from auditor.trail.reviews import ReviewIn
 from auditor.trail.schemas import AuditFilters, AuditRecordOut, ExportFilters
@@ -82,7 +82,10 @@ def export_bundle(filters: Annotated[BundleFilters, Query()], database: Database
     workdir = Path(tempfile.mkdtemp(prefix="auditor-bundle-"))
     try:
         with read_errors():
-            manifest = write_bundle(database, reader, filters, workdir / "bundle")
+            try:
+                manifest = write_bundle(database, reader, filters, workdir / "bundle")
+            except BundleError as exc:   # no signing key, or a chain the HMAC key does not vouch for
+                raise ApiError(503, str(exc), code="bundle_not_signed") from exc
         archive = zip_folder(workdir / "bundle", workdir / "bundle.zip")
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)

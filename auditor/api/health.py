@@ -50,14 +50,18 @@ def ready(services: ServicesDep) -> JSONResponse:
 
 @router.get("/metrics")
 def metrics(request: Request, services: ServicesDep) -> Response:
-    """Prometheus text. `AUDITOR_METRICS_ACCESS`: "key" (an auditor or admin key, the default), "open", or "off"
-    (served only by the separate listener on `AUDITOR_METRICS_HOST:AUDITOR_METRICS_PORT`)."""
+    """Prometheus text. `AUDITOR_METRICS_ACCESS`: "key" (the default), "open", or "off" (served only by the
+    separate listener on `AUDITOR_METRICS_HOST:AUDITOR_METRICS_PORT`). With "key", a `metrics` key (a Prometheus
+    scraper's) and an admin key read every series; a tenant's auditor key reads the series of its own tenant
+    among those labelled by tenant (usage, cost), and every series that has no tenant label."""
     access = services.settings.metrics_access
     if access == "off":
         raise ApiError(404, "metrics are served on the separate metrics listener", code="not_found")
+    tenant = None
     if access == "key":
         principal = authenticate(request, services)
-        if principal.role not in ("auditor", "admin"):
-            raise ApiError(403, f"role {principal.role!r} may not read metrics (needs auditor or admin)",
+        if principal.role not in ("auditor", "admin", "metrics"):
+            raise ApiError(403, f"role {principal.role!r} may not read metrics (needs metrics, auditor or admin)",
                            code="insufficient_role")
-    return Response(services.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+        tenant = principal.tenant if principal.role == "auditor" else None
+    return Response(services.metrics.render(tenant=tenant), media_type=CONTENT_TYPE_LATEST)

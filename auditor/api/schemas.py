@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from auditor.jobs.reaudit import DEFAULT_CHUNK_SIZE, ReauditFilter
 from auditor.trail.schemas import AuditRecordOut, CleanText
+from auditor.trail.storable import CleanJson, clean_json
 
 # -- OpenAI-compatible requests ------------------------------------------------------------------
 # Every model forbids fields it does not declare: a field this service does not honour gets a 400 that names
@@ -35,7 +36,7 @@ class FunctionCall(_Strict):
 
 
 class ToolCall(_Strict):
-    id: str = Field(min_length=1, max_length=128)
+    id: CleanText = Field(min_length=1, max_length=128)
     type: Literal["function"] = "function"
     function: FunctionCall
 
@@ -45,7 +46,7 @@ class ChatMessage(_Strict):
     content: CleanText | list[ContentPart] | None = None
     name: str | None = Field(default=None, pattern=_TOOL_NAME)
     tool_calls: list[ToolCall] | None = Field(default=None, max_length=64)
-    tool_call_id: str | None = Field(default=None, min_length=1, max_length=128)
+    tool_call_id: CleanText | None = Field(default=None, min_length=1, max_length=128)
     refusal: CleanText | None = None          # the SDK echoes it back on assistant turns
 
     @model_validator(mode="after")
@@ -79,7 +80,7 @@ class ChatMessage(_Strict):
 class FunctionDefinition(_Strict):
     name: str = Field(pattern=_TOOL_NAME)
     description: CleanText | None = Field(default=None, max_length=10_000)
-    parameters: dict[str, Any] | None = None
+    parameters: CleanJson | None = None
     strict: bool | None = None
 
 
@@ -104,7 +105,12 @@ class StreamOptions(_Strict):
 class ResponseFormat(BaseModel):
     model_config = ConfigDict(extra="allow")
     type: Literal["text", "json_object", "json_schema"]
-    json_schema: dict[str, Any] | None = None
+    json_schema: CleanJson | None = None
+
+    @model_validator(mode="after")
+    def _storable_extras(self) -> ResponseFormat:
+        clean_json(self.model_extra or {})   # extra fields are allowed, and stored like the rest
+        return self
 
 
 class _GenerationRequest(_Strict):
@@ -143,7 +149,7 @@ class ChatCompletionRequest(_GenerationRequest):
     tools: list[ToolDefinition] | None = Field(default=None, max_length=128)
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
-    metadata: dict[str, CleanText] | None = Field(default=None, max_length=16)
+    metadata: dict[CleanText, CleanText] | None = Field(default=None, max_length=16)
     safety_identifier: CleanText | None = Field(default=None, max_length=256)
     # Every request is recorded in the audit trail: store=false cannot be honoured (400), store=true is.
     store: bool | None = None

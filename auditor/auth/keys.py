@@ -13,10 +13,11 @@ from sqlalchemy.orm import Session
 from auditor.auth.models import ApiKey
 from auditor.store.base import utcnow
 
-Role = Literal["client", "reviewer", "auditor", "admin"]
+Role = Literal["client", "reviewer", "auditor", "admin", "metrics"]
 # client: inference; reviewer: the review queue and the records in it; auditor: the whole trail of its tenant
-# (lists, exports, re-audits, access log, trends); admin: every tenant, holds, keys, rule packs, alert rules.
-ROLES: tuple[Role, ...] = ("client", "reviewer", "auditor", "admin")
+# (lists, exports, re-audits, access log, trends); admin: every tenant, holds, keys, rule packs, alert rules;
+# metrics: /metrics with every tenant's series and nothing else (a Prometheus scraper's key).
+ROLES: tuple[Role, ...] = ("client", "reviewer", "auditor", "admin", "metrics")
 KEY_PREFIX = "aud_"
 
 

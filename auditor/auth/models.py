@@ -21,3 +21,15 @@ class ApiKey(Base):
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)   # sha256 of the full key
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None]
+
+
+class ConsoleLogout(Base):
+    """A console session ended by logout, so that its cookie (still signed, still unexpired) is refused by every
+    API process on the store. Rows are needed only until the session would have expired anyway."""
+
+    __tablename__ = "console_logouts"
+
+    session_id: Mapped[str] = mapped_column(String(64), primary_key=True)   # sha256 of the session's nonce
+    key_id: Mapped[str] = mapped_column(String(32))
+    logged_out_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(index=True)   # the cookie's own expiry: purged after it

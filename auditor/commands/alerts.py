@@ -60,17 +60,19 @@ def _add(args: argparse.Namespace) -> int:
         print_json(created.model_dump(mode="json"))
     else:
         print(f"alert rule {created.id} ({created.name}): {created.metric} {created.op} {created.threshold} over "
-              f"{created.window_s}s" + (f" for {created.filters}" if created.filters else "") + f" -> {created.webhook_url}")
+              f"{created.window_s}s" + (f" for {created.filters}" if created.filters else "")
+              + f" -> {created.webhook_url} (fingerprint {created.webhook_fingerprint})")
     return 0
 
 
 def _rules(args: argparse.Namespace) -> int:
-    rules = guarded(service.list_rules, open_database(load_settings()), include_disabled=args.all)
+    rules = guarded(service.list_rules, open_database(load_settings()), CliOperator(), include_disabled=args.all)
     if args.json:
         print_json([r.model_dump(mode="json") for r in rules])
         return 0
-    print_table(("id", "name", "expression", "state", "last value", "last fired", "enabled", "webhook"),
-                [(r.id, r.name, r.expression, r.state, r.last_value, r.last_fired_at, r.enabled, r.webhook_url)
+    print_table(("id", "name", "expression", "state", "last value", "last fired", "enabled", "webhook", "fingerprint"),
+                [(r.id, r.name, r.expression, r.state, r.last_value, r.last_fired_at, r.enabled, r.webhook_url,
+                  r.webhook_fingerprint)
                  for r in rules], empty="no alert rules (add one with `auditor alerts add`)")
     return 0
 
@@ -85,7 +87,8 @@ def _disable(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    alerts = guarded(service.list_alerts, open_database(load_settings()), rule_id=args.rule, limit=args.limit)
+    alerts = guarded(service.list_alerts, open_database(load_settings()), CliOperator(), rule_id=args.rule,
+                     limit=args.limit)
     if args.json:
         print_json([a.model_dump(mode="json") for a in alerts])
         return 0

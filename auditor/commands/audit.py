@@ -75,9 +75,11 @@ def _verify(args: argparse.Namespace) -> int:
             started = report.extra.get("started_after", {})
             since = " (new since the last verify: " + ", ".join(
                 f"{name} after seq {seq}" for name, seq in started.items()) + ")" if started else " (full: no earlier verify)"
+        kg = report.extra.get("kg") or {}
         print(f"chain ok: {counts['records']} records, {counts['evaluations']} evaluations, "
               f"{counts['access']} access-log entries, {counts['events']} events, "
-              f"{report.checkpoints_checked} signed checkpoints{witnessed}{since}")
+              f"{report.checkpoints_checked} signed checkpoints, {kg.get('versions_checked', 0)} KG versions"
+              f"{witnessed}{since}")
     else:
         assert report.problem is not None
         print(f"chain broken: {report.problem.line()}")

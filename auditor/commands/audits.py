@@ -4,6 +4,7 @@
     auditor audits show <AUDIT_ID> [--json]
     auditor audits export --domain legal --format csv --output legal.csv
     auditor audits export --domain legal --bundle ./regulator-bundle     # see `auditor.trail.bundle`
+    auditor audits bundle-keys       # the public key and checker hash a regulator gets apart from bundles
 
 Verdict columns are the current verdicts (the latest evaluation under the active rule pack, else the gate's
 own); times are when the output was produced (an import's own timestamp)."""
@@ -61,6 +62,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="write a regulator bundle (manifest, CSV/JSONL per record and claim, evaluations, "
                              "reviews, chain segment, verify_bundle.py) into this new folder")
     export.set_defaults(func=_export)
+    keys = actions.add_parser("bundle-keys", help="what a regulator needs apart from any bundle: the Ed25519 public "
+                                                  "key bundles are signed with, and the SHA-256 of verify_bundle.py")
+    add_json_flag(keys, "the public key and the checker's hash")
+    keys.set_defaults(func=_bundle_keys)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -87,7 +92,8 @@ def _list_row(row: AuditRecordOut) -> tuple[Any, ...]:
     pack = current.rule_pack if current else None
     return (row.seq, row.id, row.occurred_at, row.tenant, row.domain, row.model_id,
             current.source if current else None, row.gate_action if current and current.had_gate else "(no gate)",
-            f"{current.n_supported}/{current.n_contradicted}/{current.n_unverifiable}" if current else None,
+            f"{current.n_supported}/{current.n_contradicted}/{current.n_unverifiable}"
+            + (f", {current.n_fabrication} fabricated?" if current.n_fabrication else "") if current else None,
             current.fer if current else None, current.verdict_action if current else None,
             (pack.version or pack.hash[:12]) + ("" if pack.active else " (old)") if pack and pack.hash else None)
 
@@ -186,10 +192,35 @@ def _bundle(args: argparse.Namespace) -> int:
             manifest = guarded(write_bundle, database, CliOperator(), filters, args.bundle)
     except BundleError as exc:
         raise CliError(str(exc)) from None
-    counts = manifest["counts"]
+    counts, signing = manifest["counts"], manifest["signing"]
     print(f"bundle {args.bundle}: {counts['records']} records, {counts['claims']} claims, "
-          f"{counts['evaluations']} evaluations, {counts['reviews']} reviews; "
-          f"check it with: python3 {args.bundle / 'verify_bundle.py'} {args.bundle}")
+          f"{counts['evaluations']} evaluations, {counts['reviews']} reviews")
+    print(f"signed with Ed25519 public key {signing['ed25519']['public_key']} "
+          f"(fingerprint {signing['ed25519']['fingerprint']})")
+    print(f"verify_bundle.py sha256 {signing['verifier_sha256']}")
+    print("give the regulator the public key and the checker's hash apart from the bundle; they check it with: "
+          f"python3 verify_bundle.py {args.bundle} --public-key {signing['ed25519']['public_key']}")
+    return 0
+
+
+def _bundle_keys(args: argparse.Namespace) -> int:
+    from auditor.trail.bundle import BundleError, signing_public_key, verifier_sha256
+
+    database = open_database(load_settings(), migrate=False)
+    try:
+        key = signing_public_key(database)
+    except BundleError as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        database.dispose()
+    values = {"ed25519_public_key": key.public_hex, "fingerprint": key.fingerprint,
+              "verify_bundle_sha256": verifier_sha256()}
+    if args.json:
+        print_json(values)
+        return 0
+    print(f"ed25519 public key:      {values['ed25519_public_key']}")
+    print(f"fingerprint:             {values['fingerprint']}")
+    print(f"verify_bundle.py sha256: {values['verify_bundle_sha256']}")
     return 0
 
 

@@ -20,6 +20,7 @@ F = TypeVar("F", bound=BaseModel)
 # Yes/no filters: field -> (the "yes" flag, the "no" flag).
 FLAG_PAIRS = {
     "has_contradicted": ("--has-contradicted", "--no-contradicted"),
+    "fabrication": ("--fabrication", "--no-fabrication"),
     "stale": ("--stale", "--current-pack"),
     "reviewed": ("--reviewed", "--unreviewed"),
     "kg_withdrawn": ("--kg-withdrawn", "--no-kg-withdrawn"),

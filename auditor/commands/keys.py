@@ -1,13 +1,16 @@
-"""`auditor keys create|list|revoke`: API keys (the plaintext is printed once, at creation)."""
+"""`auditor keys create|list|revoke|gen-hmac|gen-signing-key`: API keys (the plaintext is printed once, at creation)
+and the service's own secrets."""
 
 from __future__ import annotations
 
 import argparse
 import secrets
+from pathlib import Path
 
 from sqlalchemy.orm import Session
 
 from auditor.auth.keys import ROLES, ApiKeyError, create_key, list_keys, revoke_key
+from auditor.cli import CliError
 from auditor.commands.common import in_session, print_json, print_table
 
 
@@ -31,6 +34,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     revoke.set_defaults(func=_revoke)
     gen_hmac = actions.add_parser("gen-hmac", help="print a random AUDITOR_HMAC_KEY (48 random bytes, URL-safe base64)")
     gen_hmac.set_defaults(func=_gen_hmac)
+    gen_signing = actions.add_parser("gen-signing-key", help="write a new Ed25519 signing key (AUDITOR_SIGNING_KEY_FILE) "
+                                                             "and print its public key")
+    gen_signing.add_argument("file", type=Path, help="where to write it (PEM; never overwritten)")
+    gen_signing.set_defaults(func=_gen_signing_key)
 
 
 def _create(args: argparse.Namespace) -> int:
@@ -72,4 +79,16 @@ def _revoke(args: argparse.Namespace) -> int:
 def _gen_hmac(_args: argparse.Namespace) -> int:
     # 48 bytes of randomness, 64 characters: above the 32-byte floor production enforces.
     print(secrets.token_urlsafe(48))
+    return 0
+
+
+def _gen_signing_key(args: argparse.Namespace) -> int:
+    from auditor.store.signing_key import SigningKeyError, write_new_key
+
+    try:
+        key = write_new_key(args.file)
+    except SigningKeyError as exc:
+        raise CliError(str(exc)) from None
+    print(f"wrote {args.file} (set AUDITOR_SIGNING_KEY_FILE={args.file})")
+    print(f"ed25519 public key: {key.public_hex} (fingerprint {key.fingerprint}): publish it for regulators")
     return 0

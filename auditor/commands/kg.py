@@ -8,13 +8,16 @@
     auditor kg rollback 3f9916d8              # the packaged legal KG again (a new version row)
     auditor kg reaudit --older-than 28dbdd03  # re-score records judged under earlier legal versions
     auditor kg reaudit --withdrawn            # re-score records whose verdicts cite facts a rollback withdrew
+    auditor kg anchor [--dry-run]             # chain the versions imported before KG changes were chained
 
 Formats: ofac-sdn (finance), formulary (medical), cases (legal, SCDB columns), triples (any domain, JSONL);
 the public sources' own: gleif-lei, sec-tickers, iso4217-xml (finance), uslm-xml, courtlistener-citations
 (legal), openfda-label, rxnorm-rrf (medical), ecfr-xml, eurlex (any domain). See docs/knowledge.md.
 Once any API key exists, imports and rollbacks name an admin key (`--key`, or AUDITOR_API_KEY); the key id
 goes into every imported fact's provenance. Serving processes pick a new version up within
-AUDITOR_KG_REFRESH_S seconds (or `POST /v1/kg/reload`).
+AUDITOR_KG_REFRESH_S seconds (or `POST /v1/kg/reload`). Imports, rollbacks and anchorings are chained events;
+a version or overlay that fails its integrity check is flagged by `list`, refused by `diff` and `rollback`,
+and never served. Names from the store are printed with control characters escaped (`terminal.safe`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from rich.table import Table
 
 from auditor.cli import CliError
 from auditor.commands.common import add_json_flag, guarded, load_settings, open_database
+from auditor.commands.terminal import cell, safe
 from auditor.kg import versions
 from auditor.settings import Settings
 from auditor.store.database import Database
@@ -85,6 +89,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     reaudit.add_argument("--chunk-size", type=int, default=None, help="records per task")
     reaudit.add_argument("--detach", action="store_true", help="return once the job is queued (needs workers)")
     reaudit.set_defaults(func=_reaudit)
+    anchor = actions.add_parser("anchor", help="chain the KG versions and imports written before KG changes were "
+                                               "chained (check them first: this vouches for them)")
+    anchor.add_argument("--dry-run", action="store_true", help="list what would be anchored, change nothing")
+    anchor.add_argument("--key", help="an admin API key (default: AUDITOR_API_KEY)")
+    anchor.set_defaults(func=_anchor)
 
 
 # -- stats ----------------------------------------------------------------------------------------------
@@ -95,14 +104,14 @@ def _stats(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(counts))
         return 0
-    console = Console()
+    console = Console(highlight=False)
     for domain, found in counts.items():
         console.print(f"{domain} KG {found['version']}: {found['entities']} entities, {found['facts']} facts "
                       f"({found['facts_with_period']} with a validity period), {found['declared_relations']} relations "
                       "declared with aliases")
         table = Table("relation", "facts", "with a period")
         for relation, (facts, dated) in found["by_relation"].items():
-            table.add_row(relation, str(facts), str(dated))
+            table.add_row(cell(relation), str(facts), str(dated))
         console.print(table)
     return 0
 
@@ -138,9 +147,9 @@ def _import(args: argparse.Namespace) -> int:
         if args.errors:
             for line in exc.lines():
                 print(line)
-        raise CliError(str(exc)) from exc
+        raise CliError(safe(exc)) from exc
     except (ImportFormatError, versions.KgVersionError) as exc:
-        raise CliError(str(exc)) from exc
+        raise CliError(safe(exc)) from exc
     elapsed = time.perf_counter() - started
     summary = {"version": result.version.version_hash, "domain": args.domain, "seq": result.version.seq,
                "import_id": result.import_id, "rows": result.rows, "entities": result.entities,
@@ -151,13 +160,13 @@ def _import(args: argparse.Namespace) -> int:
         print(json.dumps(summary))
         return 0
     print(f"{args.domain} KG is now version {result.version.version_hash} (seq {result.version.seq}): "
-          f"{result.rows} rows, {result.entities} entities, {result.facts} facts from {args.file.name} "
-          f"in {elapsed:.1f}s; imported by {actor}")
+          f"{result.rows} rows, {result.entities} entities, {result.facts} facts from {safe(args.file.name)} "
+          f"in {elapsed:.1f}s; imported by {safe(actor)}")
     if result.replaced:
-        print(f"replaces the earlier overlay {', '.join(result.replaced)}")
+        print(f"replaces the earlier overlay {safe(', '.join(result.replaced))}")
     if result.new_entities:
         print(f"{len(result.new_entities)} drug(s) the KG did not know became new entities: "
-              f"{', '.join(result.new_entities[:10])}{' ...' if len(result.new_entities) > 10 else ''}")
+              f"{safe(', '.join(result.new_entities[:10]))}{' ...' if len(result.new_entities) > 10 else ''}")
     print(f"serving processes follow within {settings.kg_refresh_s:g}s (or POST /v1/kg/reload)")
     return 0
 
@@ -208,14 +217,19 @@ def _list(args: argparse.Namespace) -> int:
         print("no KG versions yet: every domain serves its packaged KG (import with `auditor kg import`)")
         return 0
     table = Table(show_header=True, header_style="bold")
-    for column in ("", "seq", "domain", "version", "action", "overlays", "created", "by"):
+    for column in ("", "seq", "domain", "version", "action", "overlays", "created", "by", "check"):
         table.add_column(column)
     for row in rows:
         overlays = ", ".join(f"{imports[i].name} ({imports[i].rows} rows)" for i in row.overlays if i in imports)
         action = row.action + (f" to seq {row.rollback_to}" if row.rollback_to else "")
         table.add_row("*" if row.current else "", str(row.seq), row.domain, row.version_hash, action,
-                      overlays or "-", row.created_at.isoformat(timespec="seconds"), row.created_by)
-    Console(width=200).print(table)
+                      cell(overlays or "-"), row.created_at.isoformat(timespec="seconds"), cell(row.created_by),
+                      cell(row.check))
+    Console(width=200, highlight=False).print(table)
+    failing = [row for row in rows if row.check != "ok"]
+    if failing:
+        print(f"{len(failing)} version(s) fail their integrity check (see the check column); "
+              "`auditor audit verify-chain` names each problem")
     return 0
 
 
@@ -224,7 +238,7 @@ def _diff(args: argparse.Namespace) -> int:
     try:
         before, after, changes = guarded(versions.diff, database, packaged_kg, args.before, args.after)
     except versions.KgVersionError as exc:
-        raise CliError(str(exc)) from exc
+        raise CliError(safe(exc)) from exc
     groups = {"entities_added": [_entity(e) for e in changes.entities_added],
               "entities_removed": [_entity(e) for e in changes.entities_removed],
               "facts_added": [_fact(f) for f in changes.facts_added],
@@ -237,7 +251,7 @@ def _diff(args: argparse.Namespace) -> int:
     for name, items in groups.items():
         print(f"{name.replace('_', ' ')}: {len(items)}")
         for item in items[:args.limit]:
-            print(f"  {item}")
+            print(f"  {safe(item)}")
         if len(items) > args.limit:
             print(f"  ... {len(items) - args.limit} more")
     return 0
@@ -260,11 +274,30 @@ def _rollback(args: argparse.Namespace) -> int:
     try:
         row = guarded(versions.rollback, database, packaged_kg, args.version, by=actor)
     except versions.KgVersionError as exc:
-        raise CliError(str(exc)) from exc
+        raise CliError(safe(exc)) from exc
     print(f"{row.domain} KG is now version {row.version_hash} again (seq {row.seq}, rollback to seq "
           f"{row.rollback_to}); serving processes follow within {load_settings().kg_refresh_s:g}s")
     print(f"verdicts that cite facts this rollback withdrew show as stale until re-judged: "
           f"`auditor kg reaudit --withdrawn --domain {row.domain}`")
+    return 0
+
+
+def _anchor(args: argparse.Namespace) -> int:
+    database = open_database(load_settings())
+    actor = _actor(database, args.key)
+    try:
+        result = guarded(versions.anchor, database, by=actor, dry_run=args.dry_run)
+    except versions.KgVersionError as exc:
+        raise CliError(safe(exc)) from exc
+    if not (result.versions or result.imports):
+        print("nothing to anchor: every KG version and import is chained")
+        return 0
+    verb = "would anchor" if args.dry_run else "anchored"
+    print(f"{verb} {len(result.versions)} KG version(s) and {len(result.imports)} import(s) written before KG "
+          f"changes were chained{'' if args.dry_run else f'; by {safe(actor)}'}")
+    for row in result.versions:
+        print(f"  {row.domain}@{row.seq} {row.version_hash} {row.action}, overlays {safe(', '.join(row.overlays) or '-')}, "
+              f"by {safe(row.created_by)} at {row.created_at.isoformat(timespec='seconds')}")
     return 0
 
 
@@ -289,7 +322,7 @@ def _reaudit(args: argparse.Namespace) -> int:
         with database.engine.connect() as conn:
             target = versions.resolve(conn, args.older_than)
     except versions.KgVersionError as exc:
-        raise CliError(str(exc)) from exc
+        raise CliError(safe(exc)) from exc
     print(f"{target.domain} records judged under KG versions older than {target.version_hash} (seq {target.seq}), "
           f"or citing facts the current version no longer holds")
     return main(["reaudit", "start", "--kg-older-than", target.version_hash, *tail])
@@ -299,4 +332,7 @@ def follow_store_once(database: Database, settings: Settings) -> None:
     """Serve the store's current KG versions in this process (a CLI that scores or verifies)."""
     from auditor.kg.live import LiveKnowledgeGraphs
 
-    guarded(LiveKnowledgeGraphs(database, settings.domains, refresh_s=0).refresh)
+    try:
+        guarded(LiveKnowledgeGraphs(database, settings.domains, refresh_s=0).refresh)
+    except versions.KgIntegrityError as exc:   # never judge with the packaged KG in place of a doctored one
+        raise CliError(f"{safe(exc)} (`auditor audit verify-chain` names the problem)") from exc

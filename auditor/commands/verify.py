@@ -56,6 +56,8 @@ def _serve_current_kg(domain: str) -> None:
     from sqlalchemy.engine import make_url
 
     from auditor.commands.common import load_settings
+    from auditor.commands.terminal import safe
+    from auditor.kg.errors import KgIntegrityError
     from auditor.kg.live import LiveKnowledgeGraphs
     from auditor.store.database import Database
 
@@ -67,7 +69,11 @@ def _serve_current_kg(domain: str) -> None:
     try:
         if inspect(database.engine).has_table("kg_versions"):
             LiveKnowledgeGraphs(database, [domain], refresh_s=0).refresh()
-    except Exception as exc:  # noqa: BLE001 - any store problem: judge with the packaged KG, and say so
+    except KgIntegrityError as exc:   # judging without a doctored list would drop its claims: refuse instead
+        raise CliError(f"the store's {domain} KG failed its integrity check, so this text is not judged "
+                       f"(`auditor audit verify-chain` names the problem; --kg packaged judges without imports): "
+                       f"{safe(exc)}") from None
+    except Exception as exc:  # noqa: BLE001 - any other store problem: judge with the packaged KG, and say so
         print(f"auditor verify: note: the store's KG versions could not be read ({type(exc).__name__}); "
               "judging with the packaged KG", file=sys.stderr)
     finally:

@@ -1,5 +1,6 @@
 """Who is using the console: the session cookie -> the API key it names (checked on every request) -> a
-Principal, the same one the API's readers and access log take. Client keys never get a console session."""
+Principal, the same one the API's readers and access log take. Client keys never get a console session, and a
+session that logged out is refused by every process (`auditor.console.logouts`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from auditor.api.deps import ServicesDep
 from auditor.auth.keys import find_active_key
 from auditor.auth.models import ApiKey
 from auditor.auth.principal import Principal, RoleNotAllowed, require_role
-from auditor.console.session import SESSION_COOKIE, SessionSigner
+from auditor.console.logouts import is_logged_out
+from auditor.console.session import SESSION_COOKIE, ConsoleSession, SessionSigner
 from auditor.store.database import Database
 from auditor.trail.access_log import log_denied
 
@@ -38,6 +40,7 @@ class ConsoleUser:
     principal: Principal
     csrf_token: str
     nonce: str
+    session: ConsoleSession   # what the cookie carries (logout ends it on the server)
 
     @property
     def role(self) -> str:
@@ -59,10 +62,11 @@ def key_principal(database: Database, plaintext: str) -> Principal | None:
         return Principal(key.tenant, key.role, key.id) if key is not None else None
 
 
-def _active_key(database: Database, key_id: str) -> ApiKey | None:
+def _active_key(database: Database, console_session: ConsoleSession) -> ApiKey | None:
+    """The session's key, if the key is not revoked and the session did not log out."""
     with database.session() as session:
-        key = session.get(ApiKey, key_id)
-        if key is None or key.revoked_at is not None:
+        key = session.get(ApiKey, console_session.key_id)
+        if key is None or key.revoked_at is not None or is_logged_out(session, console_session.nonce):
             return None
         session.expunge(key)
         return key
@@ -71,11 +75,12 @@ def _active_key(database: Database, key_id: str) -> ApiKey | None:
 def console_user(request: Request, services: ServicesDep) -> ConsoleUser:
     signer = signer_for(request)
     session = signer.read(request.cookies.get(SESSION_COOKIE))
-    key = _active_key(services.database, session.key_id) if session is not None else None
+    key = _active_key(services.database, session) if session is not None else None
     if session is None or key is None or key.role not in CONSOLE_ROLES:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         raise LoginRequired(target if request.method == "GET" else "/console")
-    return ConsoleUser(Principal(key.tenant, key.role, key.id), signer.csrf_token(session.nonce), session.nonce)
+    return ConsoleUser(Principal(key.tenant, key.role, key.id), signer.csrf_token(session.nonce), session.nonce,
+                       session)
 
 
 UserDep = Annotated[ConsoleUser, Depends(console_user)]

@@ -1,4 +1,5 @@
-"""Login with an API key (auditor, reviewer or admin) into a session cookie, and logout."""
+"""Login with an API key (auditor, reviewer or admin) into a session cookie, and logout (which ends the session
+on the server too, so a copy of the cookie is refused from then on)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from auditor.api.deps import ServicesDep
 from auditor.console.auth import CONSOLE_ROLES, FormDep, UserDep, key_principal, read_form, signer_for
+from auditor.console.logouts import log_out
 from auditor.console.rendering import render
 from auditor.console.session import LOGIN_COOKIE, LOGIN_TTL_S, SESSION_COOKIE, SESSION_TTL_S
 from auditor.trail.access_log import log_denied
@@ -65,7 +67,8 @@ async def login(request: Request, services: ServicesDep) -> Response:
 
 
 @router.post("/logout", include_in_schema=False)
-def logout(request: Request, user: UserDep, form: FormDep) -> Response:
+def logout(request: Request, services: ServicesDep, user: UserDep, form: FormDep) -> Response:
+    log_out(services.database, user.session)
     response = RedirectResponse("/console/login", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/console", httponly=True, samesite="strict")
     return response

@@ -8,15 +8,18 @@ Each valid line becomes an ordinary audit record (endpoint "import", hash-chaine
 outbox like our own outputs) and is linked to its import batch by line number. The line's own timestamp is
 kept (`details.timestamp`) and is the record's `occurred_at` in lists, filters and trends; the import time
 is its `created_at`. Imported outputs never passed our gate, so they carry no gate action. Records are appended in
-transactions of `APPEND_BATCH`; a batch still "importing" after a crash says how far it got. Bad lines are never
-imported silently: every malformed line is reported with its line number, and either skipped
-(default) or, with `strict`, the whole file is rejected before anything is written.
+transactions of `APPEND_BATCH`; a part that fails marks the batch "failed" (the parts before it stay, and
+`imported` says how far it got); a batch a killed process left "importing" is failed by an admin (`auditor imports
+fail ID`). Bad lines are never imported silently: every malformed line is reported with its line number, and
+either skipped (default) or, with `strict`, the whole file is rejected before anything is written. A line is
+malformed if any field, nested metadata included, holds text the store cannot keep (NUL, lone surrogates).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -24,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from sqlalchemy import insert, update
+from sqlalchemy import insert, select, update
+from sqlalchemy.exc import SQLAlchemyError
 
 from auditor.gate.pii import redact_pii
 from auditor.jobs.models import ImportBatch, ImportedOutput
@@ -33,7 +37,11 @@ from auditor.store.base import utcnow
 from auditor.store.database import Database
 from auditor.tenants.service import detection_mode
 from auditor.trail.domain_source import resolution_details
+from auditor.trail.queries import plausible_id
 from auditor.trail.records import NewRecord, append_batch
+from auditor.trail.storable import unstorable_at
+
+logger = logging.getLogger("auditor.jobs.imports")
 
 APPEND_BATCH = 200
 MAX_LINE_BYTES = 1_000_000
@@ -122,6 +130,11 @@ def parse_lines(lines: Iterable[str], *, domains: Iterable[str],
 def _validate(data: Any, known_domains: set[str], domain_required: bool) -> tuple[str | None, ImportedLine | None]:
     if not isinstance(data, dict):
         return f"expected a JSON object, got {type(data).__name__}", None
+    # every field, metadata's nested keys and values included: PostgreSQL cannot keep NUL, and no encoding
+    # (so no record, no chain digest) exists for a lone surrogate
+    unstorable = unstorable_at(data)
+    if unstorable is not None:
+        return f"field {unstorable[0]!r}: {unstorable[1]}", None
     try:
         parsed = ImportedLine.model_validate(data)
     except ValidationError as exc:
@@ -170,18 +183,63 @@ def import_lines(database: Database, lines: list[str], *, settings: Settings, te
     for start in range(0, len(valid), APPEND_BATCH):
         part = valid[start:start + APPEND_BATCH]
         last = start + APPEND_BATCH >= len(valid)
-        # One transaction per batch: records, their outbox rows and links commit together, and the
-        # chain lock is released between batches so live inference is not held up by a long import.
-        with database.write_connection() as conn:
-            records = [_new_record(line, number, batch.id, tenant=tenant, settings=settings, detection=mode)
-                       for number, line in part]
-            append_batch(conn, records, key=database.chain_key)
-            conn.execute(insert(ImportedOutput), [{"import_id": batch.id, "line": number, "record_id": record.id}
-                                                  for (number, _), record in zip(part, records, strict=True)])
-            done = {"status": "complete", "finished_at": utcnow()} if last else {}
-            conn.execute(update(ImportBatch).where(ImportBatch.id == batch.id)
-                         .values(imported=ImportBatch.imported + len(part), **done))
+        try:
+            _append_part(database, part, batch.id, last=last, tenant=tenant, settings=settings, detection=mode)
+        except Exception as exc:
+            # the batch must not stay "importing" as if still under way: the parts before this one are in the
+            # trail (chained, never taken back), and the batch says where it stopped
+            _record_failure(database, batch.id, reason=f"stopped at line {part[0][0]}: {type(exc).__name__}")
+            raise
     return ImportResult(batch.id, line_count, len(valid), errors)
+
+
+def _append_part(database: Database, part: list[tuple[int, ImportedLine]], import_id: str, *, last: bool,
+                 tenant: str, settings: Settings, detection: str) -> None:
+    # One transaction per part: records, their outbox rows and links commit together, and the
+    # chain lock is released between parts so live inference is not held up by a long import.
+    with database.write_connection() as conn:
+        records = [_new_record(line, number, import_id, tenant=tenant, settings=settings, detection=detection)
+                   for number, line in part]
+        append_batch(conn, records, key=database.chain_key)
+        conn.execute(insert(ImportedOutput), [{"import_id": import_id, "line": number, "record_id": record.id}
+                                              for (number, _), record in zip(part, records, strict=True)])
+        done = {"status": "complete", "finished_at": utcnow()} if last else {}
+        conn.execute(update(ImportBatch).where(ImportBatch.id == import_id)
+                     .values(imported=ImportBatch.imported + len(part), **done))
+
+
+class ImportNotImporting(ValueError):
+    """`mark_failed` on a batch that is unknown or no longer importing."""
+
+
+def mark_failed(database: Database, import_id: str, *, reason: str) -> None:
+    """Mark an "importing" batch failed, keeping `reason` with its errors: from the import itself when a part
+    fails, and from `auditor imports fail` for a batch a killed process left behind."""
+    with database.session(write=True) as session:
+        batch = session.get(ImportBatch, import_id) if plausible_id(import_id) else None
+        if batch is None or batch.status != "importing":
+            state = f"it is {batch.status}" if batch is not None else "no such import"
+            raise ImportNotImporting(f"import {import_id!r} is not importing ({state})")
+        batch.status, batch.finished_at = "failed", utcnow()
+        batch.errors = [*(batch.errors or []), {"line": None, "message": f"import failed: {reason}"}]
+
+
+def _record_failure(database: Database, import_id: str, *, reason: str) -> None:
+    try:
+        mark_failed(database, import_id, reason=reason)
+    except (SQLAlchemyError, ImportNotImporting):   # the store is gone too: the caller reports the first error
+        logger.exception("import %s: could not mark it failed", import_id)
+
+
+def list_batches(database: Database, *, status: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    """Import batches, newest first (`status`: importing | complete | failed)."""
+    with database.session() as session:
+        query = select(ImportBatch).order_by(ImportBatch.created_at.desc()).limit(limit)
+        if status is not None:
+            query = query.where(ImportBatch.status == status)
+        return [{"id": b.id, "tenant": b.tenant, "filename": b.filename, "status": b.status, "lines": b.lines,
+                 "imported": b.imported, "skipped": b.skipped, "created_at": b.created_at, "finished_at": b.finished_at}
+                for b in session.execute(query).scalars()]
 
 
 def _new_record(line: ImportedLine, number: int, import_id: str, *, tenant: str, settings: Settings,

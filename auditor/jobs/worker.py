@@ -24,6 +24,7 @@ from auditor.jobs import reaudit, reaudit_chunks, scoring
 from auditor.jobs.domains import shared_detector
 from auditor.jobs.outbox import acknowledge_hook, dispatch_once
 from auditor.jobs.settings import WorkerSettings, worker_settings
+from auditor.kg.errors import KgIntegrityError
 from auditor.kg.live import LiveKnowledgeGraphs
 from auditor.packs.source import store_packs
 from auditor.settings import get_settings
@@ -91,11 +92,13 @@ def resources() -> _Resources:
                     shared_detector()   # records that name no domain are detected: load MiniLM now, not mid-task
                 except Exception:   # a domain that cannot load fails its records later, with the reason
                     logger.exception("evaluator warm-up failed")
-            _resources = _Resources(os.getpid(), _open_database(), evaluator)
-            _resources.kgs = _follow_kg_versions(_resources.database)
+            fresh = _Resources(os.getpid(), _open_database(), evaluator)
+            fresh.kgs = _follow_kg_versions(fresh.database)   # a KG that fails its check: no resources, no scoring
+            _resources = fresh
         elif _resources.pid != os.getpid():   # threads do not survive a fork: each child follows on its own
-            _resources = _Resources(os.getpid(), _open_database(), _resources.evaluator)
-            _resources.kgs = _follow_kg_versions(_resources.database)
+            fresh = _Resources(os.getpid(), _open_database(), _resources.evaluator)
+            fresh.kgs = _follow_kg_versions(fresh.database)
+            _resources = fresh
         else:
             return _resources
         # The evaluator judges with the store's active rule packs, refreshed every few seconds in every
@@ -112,6 +115,9 @@ def _follow_kg_versions(database: Database) -> LiveKnowledgeGraphs | None:
     live = LiveKnowledgeGraphs(database, settings.domains, refresh_s=settings.kg_refresh_s)
     try:
         live.refresh()
+    except KgIntegrityError:   # a doctored KG version: never score with the packaged KG in its place
+        live.stop()
+        raise
     except Exception:   # the store may not be migrated yet: the follower thread retries
         logger.exception("could not load the KG versions in the store; scoring with the packaged KGs for now")
     return live.start()

@@ -5,6 +5,10 @@ A domain's current version is its `kg_versions` row with the highest seq. An imp
 current version (so its names resolve against what is served), then committed with a new version row in one
 transaction, under a lock that serialises version changes; if another change landed while the file was being
 read, it is read again against the new version. A file with any bad row changes nothing.
+
+Every import and rollback is also a chained event, and every overlay read is checked against its keyed
+digest and every version row against its chained event (`auditor.kg.anchors`): a row that fails is never
+served, built on or rolled back to (`KgIntegrityError`).
 """
 
 from __future__ import annotations
@@ -22,10 +26,14 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, and_, func, insert, or_, select, text
 
+from auditor.kg import anchors
+from auditor.kg.anchors import Check, KgTrust
+from auditor.kg.errors import KgIntegrityError, KgVersionError
 from auditor.kg.models import KgImport, KgVersion
 from auditor.kg.withdrawn import cites_withdrawn
 from auditor.store.base import new_id, utcnow
 from auditor.store.database import Database
+from auditor.trail.events import append_event
 from auditor.trail.models import RecordVerdict
 from knowledge_graphs import KnowledgeGraph
 from knowledge_graphs.imports import (
@@ -36,13 +44,10 @@ from knowledge_graphs.imports import (
     diff_versions,
     parse_file,
 )
+from knowledge_graphs.imports.control_chars import control_in
 
 MAX_FILE_BYTES = 256 * 1024 * 1024
 _ATTEMPTS = 3
-
-
-class KgVersionError(ValueError):
-    """A version reference, rollback or import the store cannot carry out (unknown version, wrong domain)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +63,7 @@ class VersionView:
     import_id: str | None = None
     rollback_to: int | None = None
     current: bool = False
+    check: str = "ok"            # ok | unanchored | altered | forged | deleted, with why (`auditor.kg.anchors`)
 
 
 @dataclass(slots=True)
@@ -91,36 +97,59 @@ def current_seqs(conn: Connection) -> dict[str, int]:
     return {domain: int(seq) for domain, seq in rows}
 
 
-def load_overlays(conn: Connection, import_ids: Sequence[str]) -> list[Overlay]:
-    """The overlays of a version, in order; each is read and checked against its digest once per process."""
-    return [_overlay(conn, import_id) for import_id in import_ids]
+def load_overlays(conn: Connection, import_ids: Sequence[str], *, key: bytes | None = None,
+                  trust: KgTrust | None = None, anchored: bool = False) -> list[Overlay]:
+    """The overlays of a version, in order, each checked against its keyed digest (`KgIntegrityError`); read
+    and parsed once per process for each stored digest. `anchored`: refuse overlays from before chaining too (a new
+    version is about to be built on them)."""
+    trust = trust or KgTrust.read(conn, _key(key))
+    return [_overlay(conn, import_id, trust, anchored=anchored) for import_id in import_ids]
 
 
-def _overlay(conn: Connection, import_id: str) -> Overlay:
-    cached = _overlay_cache(import_id)
+def _key(key: bytes | None) -> bytes:
+    if not key:
+        raise KgIntegrityError("KG versions are checked with the chain key; none was given")
+    return key
+
+
+def _overlay(conn: Connection, import_id: str, trust: KgTrust, *, anchored: bool = False) -> Overlay:
+    row = conn.execute(select(KgImport.id, KgImport.domain, KgImport.name, KgImport.file_sha256, KgImport.digest)
+                       .where(KgImport.id == import_id)).first()
+    if row is None:
+        raise KgIntegrityError(f"KG integrity check failed: deleted: the overlay {import_id} of a KG version is "
+                               "missing from kg_imports")
+    cached = _overlay_cache((import_id, row.digest))   # an edited digest is a new key: read and checked again
     if cached is not None:
         return cached
-    row = conn.execute(select(KgImport.overlay, KgImport.digest).where(KgImport.id == import_id)).first()
-    if row is None:
-        raise KgVersionError(f"the overlay {import_id} of a KG version is missing from kg_imports")
-    canonical = zlib.decompress(row.overlay)
-    if hashlib.sha256(canonical).hexdigest() != row.digest:
-        raise KgVersionError(f"the overlay {import_id} does not match its digest: it was altered in the store")
+    blob = conn.execute(select(KgImport.overlay).where(KgImport.id == import_id)).scalar_one()
+    try:
+        canonical = zlib.decompress(blob)
+    except zlib.error:
+        canonical = b""
+    check = trust.overlay(row, anchors.content_sha256(canonical))
+    _require(trust, check, anchored=anchored)
     overlay = Overlay.from_json(json.loads(canonical))
-    _overlay_cache.store(import_id, overlay)
+    _overlay_cache.store((import_id, row.digest), overlay)
     return overlay
 
 
+def _require(trust: KgTrust, check: Check, *, anchored: bool) -> None:
+    if anchored and check.status == "unanchored":
+        raise KgVersionError(f"no new KG version is built on an unanchored overlay: {check.detail}")
+    trust.require(check)
+
+
 class _OverlayCache:
-    """Overlays never change once stored: keep the few most recent parsed ones per process."""
+    """Overlays never change once stored: keep the few most recent parsed ones per process, by import id and
+    stored digest (checked when first read)."""
 
     def __init__(self, size: int = 16) -> None:
         self.size, self.items = size, {}  # type: ignore[var-annotated]
 
-    def __call__(self, import_id: str) -> Overlay | None:
+    def __call__(self, import_id: tuple[str, str]) -> Overlay | None:
         return self.items.get(import_id)
 
-    def store(self, import_id: str, overlay: Overlay) -> None:
+    def store(self, import_id: tuple[str, str], overlay: Overlay) -> None:
         self.items[import_id] = overlay
         while len(self.items) > self.size:
             self.items.pop(next(iter(self.items)))
@@ -129,21 +158,50 @@ class _OverlayCache:
 _overlay_cache = _OverlayCache()
 
 
-def kg_for(conn: Connection, packaged: KnowledgeGraph, version: KgVersion | None) -> KnowledgeGraph:
-    """The KG of `version` (None: the packaged one)."""
-    if version is None or not version.overlays:
+def kg_for(conn: Connection, packaged: KnowledgeGraph, version: KgVersion | None, *, key: bytes | None = None,
+           trust: KgTrust | None = None, anchored: bool = False) -> KnowledgeGraph:
+    """The KG of `version` (None: the packaged one), once the version row and its overlays pass their
+    integrity checks (`KgIntegrityError` otherwise)."""
+    if version is None:
         return packaged
-    return apply_overlays(packaged, load_overlays(conn, version.overlays))
+    trust = trust or KgTrust.read(conn, _key(key))
+    trust.require(trust.version(version))
+    if not version.overlays:
+        return packaged
+    return apply_overlays(packaged, load_overlays(conn, version.overlays, trust=trust, anchored=anchored))
 
 
 def list_versions(database: Database, *, domain: str | None = None) -> list[VersionView]:
+    """The history, each row with the outcome of its integrity check (its own and its overlays')."""
     with database.engine.connect() as conn:
         query = select(KgVersion).order_by(KgVersion.seq)
         if domain is not None:
             query = query.where(KgVersion.domain == domain)
         rows = list(conn.execute(query))
         latest = current_seqs(conn)
-    return [_view(row, current=latest.get(row.domain) == row.seq) for row in rows]
+        checks = _checks(conn, database.chain_key.hmac_key, rows)
+    return [_view(row, current=latest.get(row.domain) == row.seq, check=checks[row.seq]) for row in rows]
+
+
+def _checks(conn: Connection, key: bytes, rows: list[Any]) -> dict[int, str]:
+    trust = KgTrust.read(conn, key)
+    ids = sorted({i for row in rows for i in row.overlays or []})
+    overlays: dict[str, Check] = {}
+    for imported in conn.execute(select(KgImport.id, KgImport.domain, KgImport.name, KgImport.file_sha256,
+                                        KgImport.digest, KgImport.overlay).where(KgImport.id.in_(ids))):
+        try:
+            content = anchors.content_sha256(zlib.decompress(imported.overlay))
+        except zlib.error:
+            content = ""
+        overlays[imported.id] = trust.overlay(imported, content)
+    rank = ("ok", "unanchored", "altered", "forged", "deleted")
+    out = {}
+    for row in rows:
+        found = [trust.version(row), *(overlays.get(i, Check("deleted", f"KG import {i} is missing"))
+                                       for i in row.overlays or [])]
+        worst = max(found, key=lambda c: rank.index(c.status))
+        out[row.seq] = worst.status if worst.status == "ok" else f"{worst.status}: {worst.detail}"
+    return out
 
 
 def imports_by_id(database: Database, ids: Sequence[str]) -> dict[str, Any]:
@@ -181,7 +239,11 @@ def diff(database: Database, packaged: Callable[[str], KnowledgeGraph], before: 
         if old.domain != new.domain:
             raise KgVersionError(f"{before} is a {old.domain} version and {after} a {new.domain} one")
         base = packaged(old.domain)
-        changes = diff_versions(base, load_overlays(conn, old.overlays or []), load_overlays(conn, new.overlays or []))
+        trust = KgTrust.read(conn, database.chain_key.hmac_key)
+        for row in (old, new):
+            trust.require(trust.version(row))
+        changes = diff_versions(base, load_overlays(conn, old.overlays or [], trust=trust),
+                                load_overlays(conn, new.overlays or [], trust=trust))
     return _view(old), _view(new), changes
 
 
@@ -200,13 +262,20 @@ def import_file(database: Database, packaged: KnowledgeGraph, *, fmt: str, path:
         data = path.read_bytes()
     file_name = file_name or (path.name if path is not None else "upload")
     domain = packaged.domain
+    key = database.chain_key.hmac_key
+    if name is not None and (bad := control_in(name)):
+        raise KgVersionError(f"the overlay name {bad}")
     now = utcnow()
     stamp = ImportStamp(name or fmt, fmt, file_name, hashlib.sha256(data).hexdigest(), now.isoformat(),
                         imported_by, as_of or now.date().isoformat())
     for _ in range(_ATTEMPTS):
         with database.engine.connect() as conn:
             base_row = current_version(conn, domain)
-            overlays = load_overlays(conn, base_row.overlays or []) if base_row is not None else []
+            trust = KgTrust.read(conn, key)
+            if base_row is not None:
+                trust.require(trust.version(base_row))
+            overlays = load_overlays(conn, base_row.overlays or [], trust=trust, anchored=True) \
+                if base_row is not None else []
         kept = [o for o in overlays if o.name != stamp.overlay]          # same name: this import replaces it
         overlay = parse_file(fmt, data, domain=domain, stamp=stamp, kg=apply_overlays(packaged, kept))
         if overlay.rows == 0:
@@ -222,27 +291,40 @@ def _commit_import(database: Database, packaged: KnowledgeGraph, base_row: KgVer
                    overlays: list[Overlay], overlay: Overlay, stamp: ImportStamp, new_kg: KnowledgeGraph,
                    now: datetime) -> ImportResult | None:
     canonical = overlay.canonical()
+    key = database.chain_key
     with database.write_connection() as conn:
         _lock_versions(conn)
         latest = current_version(conn, packaged.domain)
         if (latest.seq if latest else None) != (base_row.seq if base_row else None):
             return None                                                  # another change landed: read again
+        trust = KgTrust.read(conn, key.hmac_key)
+        if latest is not None:
+            trust.require(trust.version(latest))                         # what this version is built on
+        written = []
         if latest is None:
-            _insert_version(conn, packaged, [], "packaged", stamp.imported_by, now)
+            written.append(_insert_version(conn, packaged, [], "packaged", stamp.imported_by, now))
         base_ids = list(latest.overlays or []) if latest is not None else []
         kept_ids = [i for i, o in zip(base_ids, overlays, strict=True) if o.name != stamp.overlay]
         import_id = new_id()
+        imported = anchors.ImportRef(import_id, packaged.domain, stamp.overlay, stamp.file_sha256, "")
+        digest = anchors.keyed_digest(key.hmac_key, imported, anchors.content_sha256(canonical))
         conn.execute(insert(KgImport), {
             "id": import_id, "domain": packaged.domain, "name": stamp.overlay, "format": stamp.format,
             "file_name": stamp.file_name[:512], "file_sha256": stamp.file_sha256, "as_of": stamp.as_of,
             "rows": overlay.rows, "entities": len(overlay.entities), "facts": len(overlay.facts),
-            "supersedes": len(overlay.supersedes), "digest": hashlib.sha256(canonical).hexdigest(),
+            "supersedes": len(overlay.supersedes), "digest": digest,
             "overlay": zlib.compress(canonical, 6), "imported_at": now, "imported_by": stamp.imported_by,
         })
         seq = _insert_version(conn, packaged, [*kept_ids, import_id], "import", stamp.imported_by, now,
                               version_hash=new_kg.version, import_id=import_id)
-        version = conn.execute(select(KgVersion).where(KgVersion.seq == seq)).one()
-    _overlay_cache.store(import_id, overlay)
+        written.append(seq)
+        rows = list(conn.execute(select(KgVersion).where(KgVersion.seq.in_(written)).order_by(KgVersion.seq)))
+        append_event(conn, anchors.actor_named(stamp.imported_by), key=key, kind="kg_imported",
+                     subject=packaged.domain, payload=anchors.event_payload(
+                         key.hmac_key, rows, [anchors.ImportRef(import_id, packaged.domain, stamp.overlay,
+                                                                 stamp.file_sha256, digest)]))
+        version = rows[-1]
+    _overlay_cache.store((import_id, digest), overlay)
     known = {e.id for e in packaged.entities()}
     return ImportResult(_view(version, current=True), import_id, overlay.rows, len(overlay.entities),
                         len(overlay.facts), len(overlay.supersedes),
@@ -253,6 +335,7 @@ def _commit_import(database: Database, packaged: KnowledgeGraph, base_row: KgVer
 def rollback(database: Database, packaged: Callable[[str], KnowledgeGraph], reference: str, *,
              by: str) -> VersionView:
     """Make the KG of version `reference` current again, as a new version row (history is never rewritten)."""
+    key = database.chain_key
     with database.write_connection() as conn:
         _lock_versions(conn)
         target = resolve(conn, reference)
@@ -260,10 +343,39 @@ def rollback(database: Database, packaged: Callable[[str], KnowledgeGraph], refe
         if latest is not None and latest.version_hash == target.version_hash:
             raise KgVersionError(f"{target.domain} is already at {target.version_hash}")
         base = packaged(target.domain)
-        kg = kg_for(conn, base, target)
+        kg = kg_for(conn, base, target, key=key.hmac_key, anchored=True)   # never back to a doctored version
         seq = _insert_version(conn, base, list(target.overlays or []), "rollback", by, utcnow(),
                               version_hash=kg.version, rollback_to=target.seq)
-        return _view(conn.execute(select(KgVersion).where(KgVersion.seq == seq)).one(), current=True)
+        row = conn.execute(select(KgVersion).where(KgVersion.seq == seq)).one()
+        append_event(conn, anchors.actor_named(by), key=key, kind="kg_rolled_back", subject=target.domain,
+                     payload=anchors.event_payload(key.hmac_key, [row], []))
+        return _view(row, current=True)
+
+
+@dataclass(frozen=True, slots=True)
+class AnchorResult:
+    versions: list[VersionView]
+    imports: list[str]
+
+
+def anchor(database: Database, *, by: str, dry_run: bool = False) -> AnchorResult:
+    """Chain the KG rows written before KG changes were chained (an admin's explicit act, once they have
+    checked them): one `kg_anchored` event records every such version, and each such import's plain digest
+    becomes its keyed one. An old overlay that no longer matches its plain digest is refused (`KgIntegrityError`);
+    rows forged after chaining began are never anchored (they are not unanchored, see `auditor.kg.anchors`)."""
+    key = database.chain_key
+    with database.write_connection() as conn:
+        _lock_versions(conn)
+        trust = KgTrust.read(conn, key.hmac_key)
+        found = anchors.find_unanchored(conn, trust)
+        result = AnchorResult([_view(row, check="unanchored") for row in found.versions], [i.id for i in found.imports])
+        if dry_run or not (found.versions or found.imports):
+            return result
+        imports = anchors.rekey_imports(conn, key.hmac_key, found.imports)
+        append_event(conn, anchors.actor_named(by), key=key, kind="kg_anchored", subject=None,
+                     payload=anchors.event_payload(key.hmac_key, found.versions, imports))
+    _overlay_cache.items.clear()
+    return result
 
 
 def _insert_version(conn: Connection, packaged: KnowledgeGraph, overlays: list[str], action: str, by: str,
@@ -283,9 +395,9 @@ def _lock_versions(conn: Connection) -> None:
         conn.execute(text("LOCK TABLE kg_versions IN SHARE ROW EXCLUSIVE MODE"))
 
 
-def _view(row: Any, *, current: bool = False) -> VersionView:
+def _view(row: Any, *, current: bool = False, check: str = "ok") -> VersionView:
     return VersionView(row.seq, row.domain, row.version_hash, row.base_version, row.action, list(row.overlays or []),
-                       row.created_at, row.created_by, row.import_id, row.rollback_to, current)
+                       row.created_at, row.created_by, row.import_id, row.rollback_to, current, check)
 
 
 # -- records judged under older versions --------------------------------------------------------------

@@ -13,7 +13,7 @@ import gc
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -94,10 +94,11 @@ class KgStoreFollow:
 
     database_url: str
     refresh_s: float
+    hmac_key: str | None = field(default=None, repr=False)   # checks the KG rows (auditor.kg.anchors)
 
 
 def core_kg_store(settings: Settings) -> KgStoreFollow:
-    return KgStoreFollow(settings.database_url, settings.kg_refresh_s or 5.0)
+    return KgStoreFollow(settings.database_url, settings.kg_refresh_s or 5.0, settings.hmac_key.get_secret_value())
 
 
 def build_engine(path: Path, kgs: Mapping[str, KnowledgeGraph] | Sequence[str], *,
@@ -267,9 +268,10 @@ def _follow_kg_versions_in_core(store: KgStoreFollow, domains: list[str], proces
     has, requests linked under the newer version carry entity ids it does not hold; it drops those
     (`kg_version` differs) instead of refusing the request."""
     from auditor.kg.live import LiveKnowledgeGraphs
-    from auditor.store.database import Database
+    from auditor.store.database import ChainKey, Database
 
-    live = LiveKnowledgeGraphs(Database(store.database_url), domains, refresh_s=store.refresh_s,
+    key = ChainKey(store.hmac_key.encode()) if store.hmac_key else None
+    live = LiveKnowledgeGraphs(Database(store.database_url, chain_key=key), domains, refresh_s=store.refresh_s,
                                listeners=[lambda kg: processor.register(kg, domain=kg.domain)])
     try:
         live.refresh()

@@ -339,8 +339,10 @@ class InferenceService:
             record_attempted = True
             await opened.settled()
             delivered = gate.delivered if opening is not None else ""   # a plain response had not been sent
-            await self._record_failure(prepared, gate, generation, f"{exc.code}: {exc.message}; {len(delivered)} "
-                                       "characters had been delivered to the client", delivered=delivered)
+            # our summary, never the client message: the upstream's own words go in only as the content mode allows
+            await self._record_failure(prepared, gate, generation, f"{exc.code}: {exc.summary}; {len(delivered)} "
+                                       "characters had been delivered to the client"
+                                       + exc.upstream_words(prepared.content_mode), delivered=delivered)
             exc.audit_id = prepared.audit_id
             raise
         except (anyio.get_cancelled_exc_class(), GeneratorExit):   # the client went away

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -100,6 +100,23 @@ class _EngineStatsCollector(Collector):
                     if isinstance(number, int | float) and not isinstance(number, bool):
                         family.add_metric([str(key)], float(number))
                 yield family
+
+
+class _TenantView:
+    """A registry as one tenant may read it: series labelled with another tenant (or "other", which sums other
+    tenants, or none) left out; series without a tenant label kept."""
+
+    def __init__(self, registry: CollectorRegistry, tenant: str) -> None:
+        self._registry, self._tenant = registry, tenant
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            if not any("tenant" in sample.labels for sample in family.samples):
+                yield family
+                continue
+            kept = Metric(family.name, family.documentation, family.type, family.unit)
+            kept.samples = [s for s in family.samples if s.labels.get("tenant", self._tenant) == self._tenant]
+            yield kept
 
 
 class ServiceMetrics:
@@ -203,5 +220,7 @@ class ServiceMetrics:
     def count_error(self, kind: str | None, status: int) -> None:
         self.errors.labels(kind or f"http_{status}", str(status)).inc()
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, *, tenant: str | None = None) -> bytes:
+        """Prometheus text: every series, or (`tenant` given) only the series of that tenant among those with a
+        tenant label, so a tenant's reader never sees another tenant's usage and cost."""
+        return generate_latest(self.registry if tenant is None else _TenantView(self.registry, tenant))

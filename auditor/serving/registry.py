@@ -71,6 +71,12 @@ class UpstreamConfig(BaseModel):
     total_timeout_s: float = Field(default=300.0, gt=0, le=7200)  # whole answer
     connect_retries: int = Field(default=2, ge=0, le=10)          # only for connections that never opened
     max_connections: int = Field(default=64, ge=1, le=10_000)     # pooled, kept alive, per upstream
+    # What one answer may hold (past any of them: 502 upstream_too_large): a JSON body, one line of an event
+    # stream, and the answer's text, at most this many characters per max_tokens token (a token is rarely
+    # over 16 characters). A compliant upstream stays far inside all three; a hostile one cannot fill memory.
+    max_body_bytes: int = Field(default=8 * 2**20, ge=4096, le=2**30)
+    max_line_bytes: int = Field(default=2**20, ge=4096, le=2**30)
+    max_chars_per_token: int = Field(default=32, ge=1, le=1024)
 
     @field_validator("base_url")
     @classmethod

@@ -8,6 +8,7 @@ client gets and a stable code:
 | what happened                                  | status | code                     |
 |------------------------------------------------|--------|--------------------------|
 | no connection within connect_timeout_s, no chunk within read_timeout_s, answer longer than total_timeout_s, no free pooled connection | 504 | upstream_timeout |
+| a body over max_body_bytes, a stream line over max_line_bytes, an answer over max_tokens x max_chars_per_token | 502 | upstream_too_large |
 | connection refused / reset before the request was sent (after `connect_retries`) | 502 | upstream_unreachable |
 | the upstream answered 5xx                      | 502    | upstream_error           |
 | the upstream refused us (401, 403, 404, ...)   | 502    | upstream_refused         |
@@ -15,6 +16,14 @@ client gets and a stable code:
 | the upstream rate-limited us (429)             | 429    | upstream_rate_limited    |
 | the connection died mid-answer                 | 502    | upstream_disconnected    |
 | a reply that is not the OpenAI wire format     | 502    | upstream_malformed       |
+
+Bounds: `total_timeout_s` holds for the whole exchange (connecting, the headers, the body, every stream
+line), however slowly the upstream dribbles bytes; nothing the upstream sends is buffered past its cap.
+
+The upstream's own words (an error body, an `error` event, a malformed event) are untrusted and may hold
+anyone's PII: the client gets our summary of the failure (with a PII-redacted, capped excerpt only where the
+upstream rejected the client's own request), and the record keeps them under the request's content mode
+(`UpstreamError.upstream_words`).
 
 Retries: a generation request is not idempotent (it costs upstream compute, and a sampled answer
 differs each time), so it is retried only when the connection never opened, i.e. the upstream cannot
@@ -26,28 +35,61 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+import unicodedata
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
 
 import httpx
 
+from auditor.gate.pii import redact_pii
 from auditor.serving.registry import UpstreamConfig
+from auditor.trail.chain import sha256_text
 from engine.outputs import RequestOutput, RequestStats, TokenLogprob
 from engine.sampling_params import SamplingParams
 
 _ERROR_BODY_BYTES = 4096
+_SAID_CHARS = 1000           # the most of the upstream's own words an error keeps
+_EXCERPT_CHARS = 200         # the most of them a client sees (redacted), where it sees any
 _RETRY_BACKOFF_S = (0.1, 0.3, 1.0, 2.0)
 _NOT_CONSTRAINED = "upstream model: decoding runs outside this service, so the KG constraint was not applied"
+_T = TypeVar("_T")
 
 
 class UpstreamError(Exception):
-    """The upstream failed the request; `status_code` and `code` are what the client gets."""
+    """The upstream failed the request; `status_code`, `code` and `message` are what the client gets.
 
-    def __init__(self, status_code: int, code: str, message: str, *, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status_code, self.code, self.message = status_code, code, message
+    `summary` is this service's account of the failure; `said` the upstream's own words (an error body or
+    event, a malformed event), which are untrusted: they reach the client only as a redacted excerpt, and only
+    when `share_excerpt` (the upstream rejected the client's own request, which the client must be able to fix)."""
+
+    def __init__(self, status_code: int, code: str, summary: str, *, headers: dict[str, str] | None = None,
+                 said: str | None = None, share_excerpt: bool = False) -> None:
+        super().__init__(summary)
+        self.status_code, self.code, self.summary = status_code, code, summary
+        self.said = said[:_SAID_CHARS] if said else None
+        excerpt = _client_excerpt(self.said) if share_excerpt and self.said else ""
+        self.message = summary + (f": {excerpt}" if excerpt else "")
         self.headers = headers or {}
         self.audit_id: str | None = None       # set once the failed request is recorded
+
+    def upstream_words(self, content_mode: str) -> str:
+        """The upstream's words as a record's `error` field may keep them (chained and never purged): as they
+        were ("raw"), PII-redacted ("redacted"), or only their digest ("hash"); "" when it said nothing."""
+        if not self.said:
+            return ""
+        if content_mode == "raw":
+            return f"; the upstream said: {self.said}"
+        if content_mode == "redacted":
+            return f"; the upstream said: {redact_pii(self.said)[0]}"
+        return f"; the upstream's words are not kept (content mode {content_mode}, sha256 {sha256_text(self.said)})"
+
+
+def _client_excerpt(said: str) -> str:
+    """PII redacted first (a cut could leave part of a number that no longer reads as one), then control and
+    format characters dropped, then cut."""
+    redacted = redact_pii(said)[0]
+    printable = "".join(c if unicodedata.category(c)[0] != "C" else " " for c in redacted)
+    return " ".join(printable.split())[:_EXCERPT_CHARS]
 
 
 class UpstreamBackend:
@@ -69,7 +111,10 @@ class UpstreamBackend:
         if self._client is not None:
             return
         config = self.config
-        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        # identity: a compressed reply would be inflated a network read at a time, past what the caps see
+        headers = {"Accept-Encoding": "identity"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
         self._client = httpx.AsyncClient(
             base_url=config.base_url, headers=headers, transport=self._transport,
             timeout=httpx.Timeout(connect=config.connect_timeout_s, read=config.read_timeout_s,
@@ -100,19 +145,21 @@ class UpstreamBackend:
         chat = isinstance(prompt, list)
         payload = request_payload(prompt, params, model=self.config.model, stream=self.config.stream)
         started = time.perf_counter()
-        deadline = time.monotonic() + self.config.total_timeout_s
-        reply = _Reply(request_id, chat)
+        config = self.config
+        deadline = _Deadline(config.total_timeout_s)
+        reply = _Reply(request_id, chat, max_chars=params.max_tokens * config.max_chars_per_token,
+                       max_logprobs=params.max_tokens)
         upstream = trace.setdefault("upstream", {})
         try:
-            async with self._open("/chat/completions" if chat else "/completions", payload) as response:
+            async with self._open("/chat/completions" if chat else "/completions", payload, deadline) as response:
                 upstream["status"] = response.status_code
                 upstream["ttfb_s"] = round(time.perf_counter() - started, 6)
-                await _raise_for_status(response)
+                await _raise_for_status(response, deadline)
                 if _is_event_stream(response):
-                    async for out in reply.read_events(response, deadline):
+                    async for out in reply.read_events(_lines(response, deadline, config.max_line_bytes), deadline):
                         yield out
                 else:
-                    yield reply.read_body(json.loads(await _read_bounded(response)))
+                    yield reply.read_body(json.loads(await _read_body(response, deadline, config.max_body_bytes)))
         except json.JSONDecodeError as exc:
             raise UpstreamError(502, "upstream_malformed", f"the upstream answered with invalid JSON ({exc.msg})") from exc
         except httpx.TimeoutException as exc:
@@ -121,24 +168,46 @@ class UpstreamBackend:
             raise UpstreamError(502, "upstream_disconnected", "the upstream closed the connection after "
                                 f"{len(reply.text)} characters of its answer ({type(exc).__name__})") from exc
         finally:
+            deadline.close()
             upstream["response_id"] = reply.response_id
             upstream["elapsed_s"] = round(time.perf_counter() - started, 6)
 
     # -- idempotent calls ------------------------------------------------------------------------------
     async def list_models(self) -> list[str]:
-        """The upstream's model ids (GET /models): a readiness probe, retried on 5xx and timeouts."""
+        """The upstream's model ids (GET /models): a readiness probe, retried on 5xx and timeouts, each attempt
+        bounded like a generation (total_timeout_s, max_body_bytes)."""
         client = self._require_client()
-        for attempt in range(self.config.connect_retries + 1):
+        config = self.config
+        for attempt in range(config.connect_retries + 1):
+            final = attempt == config.connect_retries
+            deadline = _Deadline(config.total_timeout_s)
             try:
-                response = await client.get("/models")
-                if response.status_code < 500 or attempt == self.config.connect_retries:
-                    await _raise_for_status(response)
-                    return [str(item.get("id")) for item in response.json().get("data", []) if isinstance(item, dict)]
+                ids = await deadline.within(self._model_ids(client, deadline, final=final))
+                if ids is not None:
+                    return ids
             except (httpx.TimeoutException, httpx.TransportError) as exc:
-                if attempt == self.config.connect_retries:
-                    raise _transport_error(exc, self.config) from exc
+                if final:
+                    raise _transport_error(exc, config) from exc
+            except UpstreamError as exc:
+                if exc.code != "upstream_timeout" or final:
+                    raise
+            finally:
+                deadline.close()
             await asyncio.sleep(_RETRY_BACKOFF_S[min(attempt, len(_RETRY_BACKOFF_S) - 1)])
         raise AssertionError("unreachable")
+
+    async def _model_ids(self, client: httpx.AsyncClient, deadline: _Deadline, *, final: bool) -> list[str] | None:
+        """One GET /models; None: a 5xx worth another attempt."""
+        async with client.stream("GET", "/models") as response:
+            if response.status_code >= 500 and not final:
+                return None
+            await _raise_for_status(response, deadline)
+            try:
+                listing = json.loads(await _read_body(response, deadline, self.config.max_body_bytes))
+            except json.JSONDecodeError as exc:
+                raise UpstreamError(502, "upstream_malformed", "the upstream's model list is not JSON") from exc
+        data = listing.get("data") if isinstance(listing, dict) else None
+        return [str(item.get("id")) for item in data or [] if isinstance(item, dict)]
 
     # -- plumbing --------------------------------------------------------------------------------------
     def _require_client(self) -> httpx.AsyncClient:
@@ -146,15 +215,70 @@ class UpstreamBackend:
             raise UpstreamError(502, "upstream_unreachable", f"the client for {self.model_id} is not started")
         return self._client
 
-    def _open(self, path: str, payload: dict[str, Any]) -> _Opened:
-        return _Opened(self, path, payload)
+    def _open(self, path: str, payload: dict[str, Any], deadline: _Deadline) -> _Opened:
+        return _Opened(self, path, payload, deadline)
+
+
+class _Deadline:
+    """The upstream's total_timeout_s, held across every read of one exchange (a read timeout alone lets a
+    dribble run forever). One timer for the exchange: when it fires, it cancels the read in progress, if any,
+    and every read after it fails at once. Only reads are cancelled, never the caller's work between them (the
+    gate, store commits), so `within` wraps awaits that never span a yield to the caller. (asyncio.timeout per
+    read does the same at about 15 us a read, several times the cost of parsing the event.)"""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.at = time.monotonic() + seconds
+        self._timer: asyncio.TimerHandle | None = None
+        self._reader: asyncio.Task[Any] | None = None     # the task waiting in a read
+        self._fired = False
+
+    def expired(self) -> UpstreamError:
+        return UpstreamError(504, "upstream_timeout",
+                             f"the upstream's answer took longer than total_timeout_s ({self.seconds:g}s)")
+
+    def check(self) -> None:
+        if time.monotonic() >= self.at:
+            raise self.expired()
+
+    async def within(self, step: Awaitable[_T]) -> _T:
+        """`step` (a read), cancelled if the deadline passes while it waits: UpstreamError upstream_timeout."""
+        if self._fired or time.monotonic() >= self.at:
+            if asyncio.iscoroutine(step):
+                step.close()
+            raise self.expired()
+        if self._timer is None:
+            # call_later: a loop's own clock (uvloop's) need not be time.monotonic
+            self._timer = asyncio.get_running_loop().call_later(self.at - time.monotonic(), self._fire)
+        previous, self._reader = self._reader, asyncio.current_task()
+        try:
+            return await step
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._fired and task is not None and task.uncancel() == 0:   # ours, not a caller's cancel
+                raise self.expired() from None
+            raise
+        finally:
+            self._reader = previous
+
+    def _fire(self) -> None:
+        self._fired = True
+        if self._reader is not None:
+            self._reader.cancel()
+
+    def close(self) -> None:
+        """The exchange is over: the timer goes (it would keep this object alive until the deadline)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 class _Opened:
-    """`async with`: POST and stream the response, retrying only connections that never opened."""
+    """`async with`: POST and stream the response (headers read within the deadline), retrying only
+    connections that never opened."""
 
-    def __init__(self, backend: UpstreamBackend, path: str, payload: dict[str, Any]) -> None:
-        self.backend, self.path, self.payload = backend, path, payload
+    def __init__(self, backend: UpstreamBackend, path: str, payload: dict[str, Any], deadline: _Deadline) -> None:
+        self.backend, self.path, self.payload, self.deadline = backend, path, payload, deadline
         self._context: Any = None
 
     async def __aenter__(self) -> httpx.Response:
@@ -163,7 +287,10 @@ class _Opened:
         for attempt in range(config.connect_retries + 1):
             self._context = client.stream("POST", self.path, json=self.payload)
             try:
-                return await self._context.__aenter__()
+                return await self.deadline.within(self._context.__aenter__())
+            except UpstreamError:
+                self._context = None
+                raise
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:   # the upstream never saw the request
                 self._context = None
                 if attempt == config.connect_retries:
@@ -175,7 +302,7 @@ class _Opened:
                 self._context = None
                 raise UpstreamError(502, "upstream_disconnected",
                                     f"the upstream connection failed ({type(exc).__name__})") from exc
-            await asyncio.sleep(_RETRY_BACKOFF_S[min(attempt, len(_RETRY_BACKOFF_S) - 1)])
+            await self.deadline.within(asyncio.sleep(_RETRY_BACKOFF_S[min(attempt, len(_RETRY_BACKOFF_S) - 1)]))
         raise AssertionError("unreachable")
 
     async def __aexit__(self, *exc_info: Any) -> None:
@@ -186,8 +313,9 @@ class _Opened:
 class _Reply:
     """Accumulates one upstream answer and checks that each piece is the OpenAI wire format."""
 
-    def __init__(self, request_id: str, chat: bool) -> None:
+    def __init__(self, request_id: str, chat: bool, *, max_chars: int, max_logprobs: int) -> None:
         self.request_id, self.chat = request_id, chat
+        self.max_chars, self.max_logprobs = max_chars, max_logprobs
         self.text = ""
         self.finish_reason: str | None = None
         self.response_id: str | None = None
@@ -196,11 +324,10 @@ class _Reply:
         self._logprobs_sent = 0
         self._started = time.perf_counter()
 
-    async def read_events(self, response: httpx.Response, deadline: float) -> AsyncIterator[RequestOutput]:
+    async def read_events(self, lines: AsyncIterator[str], deadline: _Deadline) -> AsyncIterator[RequestOutput]:
         done = False
-        async for line in response.aiter_lines():
-            if time.monotonic() > deadline:
-                raise UpstreamError(504, "upstream_timeout", "the upstream's answer took longer than total_timeout_s")
+        async for line in lines:
+            deadline.check()      # the reads are bounded; this also counts the time the gate took between them
             if not line.startswith("data:"):
                 continue          # SSE comments, event names, blank separators
             data = line[5:].strip()
@@ -224,7 +351,8 @@ class _Reply:
     def _absorb(self, chunk: dict[str, Any], *, whole: bool = False) -> RequestOutput | None:
         if "error" in chunk:
             error = chunk["error"] if isinstance(chunk["error"], dict) else {"message": str(chunk["error"])}
-            raise UpstreamError(502, "upstream_error", f"the upstream reported an error: {str(error.get('message'))[:500]}")
+            raise UpstreamError(502, "upstream_error", "the upstream reported an error in its answer",
+                                said=str(error.get("message")))
         self.response_id = self.response_id or _optional_str(chunk.get("id"))
         self._usage(chunk.get("usage"))
         choices = chunk.get("choices")
@@ -238,6 +366,9 @@ class _Reply:
         delta = _choice_text(choice, chat=self.chat, whole=whole)
         self.finish_reason = _optional_str(choice.get("finish_reason")) or self.finish_reason
         self._logprobs(choice.get("logprobs"))
+        if len(self.text) + len(delta) > self.max_chars:
+            raise UpstreamError(502, "upstream_too_large", f"the upstream's answer is longer than {self.max_chars} "
+                                "characters (max_tokens x max_chars_per_token)")
         if whole:
             self.text = delta
             return None
@@ -256,6 +387,9 @@ class _Reply:
         if not self.chat or not isinstance(logprobs, dict) or not isinstance(logprobs.get("content"), list):
             return
         for entry in logprobs["content"]:
+            if len(self.logprobs) >= self.max_logprobs:
+                raise UpstreamError(502, "upstream_too_large",
+                                    f"the upstream sent logprobs for more than max_tokens ({self.max_logprobs}) tokens")
             if isinstance(entry, dict) and isinstance(entry.get("logprob"), int | float):
                 top = [(-1, str(t.get("token")), float(t.get("logprob", 0.0))) for t in entry.get("top_logprobs") or []
                        if isinstance(t, dict) and isinstance(t.get("logprob"), int | float)]
@@ -322,7 +456,8 @@ def _json_object(data: str) -> dict[str, Any]:
     try:
         value = json.loads(data)
     except json.JSONDecodeError as exc:
-        raise UpstreamError(502, "upstream_malformed", f"a stream event is not JSON ({exc.msg}): {data[:80]!r}") from exc
+        raise UpstreamError(502, "upstream_malformed", f"a stream event is not JSON ({exc.msg})",
+                            said=data[:_SAID_CHARS]) from exc
     if not isinstance(value, dict):
         raise UpstreamError(502, "upstream_malformed", "a stream event is not a JSON object")
     return value
@@ -340,41 +475,85 @@ def _is_event_stream(response: httpx.Response) -> bool:
     return response.headers.get("content-type", "").split(";")[0].strip() == "text/event-stream"
 
 
-async def _read_bounded(response: httpx.Response, limit: int | None = None) -> bytes:
-    body = b""
-    async for piece in response.aiter_bytes():
+def _too_large(what: str, limit: int, setting: str) -> UpstreamError:
+    return UpstreamError(502, "upstream_too_large", f"the upstream's {what} is larger than {limit} bytes ({setting})")
+
+
+async def _read_body(response: httpx.Response, deadline: _Deadline, limit: int, *, truncate: bool = False) -> bytes:
+    """The body, read within the deadline; past `limit` bytes: cut there (`truncate`) or 502 upstream_too_large."""
+    announced = response.headers.get("content-length", "")
+    if not truncate and announced.isdigit() and int(announced) > limit:
+        raise _too_large("body", limit, "max_body_bytes")
+    body = bytearray()
+    pieces = response.aiter_bytes()
+    while (piece := await deadline.within(anext(pieces, None))) is not None:
         body += piece
-        if limit is not None and len(body) >= limit:
-            break
-    return body
+        if len(body) > limit:
+            if truncate:
+                return bytes(body[:limit])
+            raise _too_large("body", limit, "max_body_bytes")
+    return bytes(body)
 
 
-async def _raise_for_status(response: httpx.Response) -> None:
+async def _lines(response: httpx.Response, deadline: _Deadline, limit: int) -> AsyncIterator[str]:
+    """An event stream's lines (ended by CRLF, LF or CR), each read within the deadline; a line of more than
+    `limit` bytes is 502 upstream_too_large before it is buffered whole."""
+    pending: list[bytes] = []   # the reads since the last line end
+    pending_bytes = 0
+    skip_lf = False             # the last read ended with CR: a LF first in the next one belongs to that end
+    pieces = response.aiter_bytes()
+    while (piece := await deadline.within(anext(pieces, None))) is not None:
+        if skip_lf and piece.startswith(b"\n"):
+            piece = piece[1:]
+        skip_lf = False
+        if b"\n" not in piece and b"\r" not in piece:      # the usual dribble: no line ends yet
+            pending.append(piece)
+            pending_bytes += len(piece)
+            if pending_bytes > limit:
+                raise _too_large("event-stream line", limit, "max_line_bytes")
+            continue
+        lines = b"".join((*pending, piece)).splitlines(keepends=True)   # bytes: only CRLF, LF and CR end lines
+        rest = b"" if lines[-1].endswith((b"\n", b"\r")) else lines.pop()
+        skip_lf = not rest and lines[-1].endswith(b"\r")
+        for line in lines:
+            text = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+            if len(text) > limit:
+                raise _too_large("event-stream line", limit, "max_line_bytes")
+            yield text.decode("utf-8", errors="replace")
+        pending, pending_bytes = ([rest], len(rest)) if rest else ([], 0)
+        if pending_bytes > limit:
+            raise _too_large("event-stream line", limit, "max_line_bytes")
+    if pending:
+        yield b"".join(pending).decode("utf-8", errors="replace")
+
+
+async def _raise_for_status(response: httpx.Response, deadline: _Deadline) -> None:
     if response.status_code < 300:
         return
-    detail = _error_message(await _read_bounded(response, _ERROR_BODY_BYTES))
+    said = _error_message(await _read_body(response, deadline, _ERROR_BODY_BYTES, truncate=True))
     status = response.status_code
-    said = f"the upstream answered {status}" + (f": {detail}" if detail else "")
+    summary = f"the upstream answered {status}"
     if status >= 500:
-        raise UpstreamError(502, "upstream_error", said)
+        raise UpstreamError(502, "upstream_error", summary, said=said)
     if status == 429:
         retry_after = response.headers.get("retry-after")
-        raise UpstreamError(429, "upstream_rate_limited", said,
+        raise UpstreamError(429, "upstream_rate_limited", summary, said=said,
                             headers={"Retry-After": retry_after} if retry_after and retry_after.isdigit() else None)
-    if status in (400, 413, 422):
-        raise UpstreamError(400, "upstream_rejected_request", said)
-    raise UpstreamError(502, "upstream_refused", said)
+    if status in (400, 413, 422):   # the client's own request: it needs the reason to fix it
+        raise UpstreamError(400, "upstream_rejected_request", summary, said=said, share_excerpt=True)
+    raise UpstreamError(502, "upstream_refused", summary, said=said)
 
 
 def _error_message(body: bytes) -> str:
+    """The upstream's own words in an error body (its `error.message` where it has one)."""
     try:
         value = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError):
-        return body[:200].decode("utf-8", errors="replace").strip()
+        return body[:_SAID_CHARS].decode("utf-8", errors="replace").strip()
     error = value.get("error") if isinstance(value, dict) else None
     if isinstance(error, dict):
-        return str(error.get("message", ""))[:500]
-    return str(error or value)[:200]
+        return str(error.get("message", ""))[:_SAID_CHARS]
+    return str(error or value)[:_SAID_CHARS]
 
 
 def _timeout(exc: httpx.TimeoutException, config: UpstreamConfig) -> UpstreamError:

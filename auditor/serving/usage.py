@@ -19,6 +19,7 @@ from auditor.trail.access_log import Reader, check_tenant_filter, log_access, lo
 from auditor.trail.models import AuditRecord, RecordVerdict
 from auditor.trail.queries import filtered_query
 from auditor.trail.schemas import AuditFilters, RecordFilter
+from auditor.trail.stored_json import readable_json
 
 GroupKey = Literal["tenant", "intent", "model", "domain"]
 _GROUP_COLUMNS = {"tenant": AuditRecord.tenant, "intent": AuditRecord.intent, "model": AuditRecord.model_id,
@@ -49,7 +50,8 @@ class UsageFilters(RecordFilter):
 
 
 def _usage_field(name: str) -> Any:
-    return AuditRecord.details[("usage", name)]
+    # readable_json: one row whose details PostgreSQL cannot read must not fail the sums for every tenant
+    return readable_json(AuditRecord.details)[("usage", name)]
 
 
 def usage_summary(database: Database, reader: Reader, filters: UsageFilters) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import migrations
 from auditor.settings import Settings
+from auditor.store.signing_key import SigningKey, SigningKeyFile
 
 if TYPE_CHECKING:   # alembic is imported where migrations run: an engine core that reads KG versions never does
     from alembic.config import Config
@@ -34,6 +35,8 @@ class ChainKey:
 
     hmac_key: bytes
     checkpoint_interval: int = 100
+    # The Ed25519 key that signs bundles (loaded on first use); None: this store signs no bundles.
+    signing_key: SigningKey | SigningKeyFile | None = None
 
 
 class ChainKeyMissing(RuntimeError):
@@ -51,7 +54,9 @@ class Database:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Database:
-        key = ChainKey(settings.hmac_key.get_secret_value().encode(), settings.checkpoint_interval)
+        signing_key = SigningKeyFile.for_settings(settings.signing_key_file, environment=settings.environment,
+                                                  database_url=settings.database_url)
+        key = ChainKey(settings.hmac_key.get_secret_value().encode(), settings.checkpoint_interval, signing_key)
         return cls(settings.database_url, sqlite_synchronous=settings.sqlite_synchronous, chain_key=key)
 
     @property

@@ -1,6 +1,7 @@
 """The bundle's column dictionary: every CSV column of a regulator bundle, the JSONL value it shows (a dotted
-path into the row), its type and what it means. `columns.csv` in each bundle is written from this, and
-`verify_bundle.py` checks every cell against the path its column names."""
+path into the row), its type and what it means. `columns.csv` in each bundle is written from this.
+`verify_bundle.py` holds its own copy of the (column, source) pairs (`COLUMNS`), so that a bundle cannot
+re-label its columns; tests/auditor/trail/test_bundle.py keeps the two the same."""
 
 from __future__ import annotations
 
@@ -52,6 +53,8 @@ RECORD_COLUMNS: Columns = (
     ("current_supported", "current.n_supported", "integer", "Claims supported by evidence"),
     ("current_contradicted", "current.n_contradicted", "integer", "Claims contradicted by evidence"),
     ("current_unverifiable", "current.n_unverifiable", "integer", "Claims that could not be checked offline"),
+    ("current_fabrications", "current.n_fabrication", "integer",
+     "Claims citing a reference no index holds: possible fabrications, or absent inside complete coverage"),
     ("current_fer", "current.fer", "number", "Factual error rate: contradicted / (supported + contradicted)"),
     ("current_citation_confidence", "current.citation_confidence", "number", "Share of citations that resolve"),
     ("current_verdict_action", "current.verdict_action", "text", "What the verdicts ask the gate to do"),

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from sqlalchemy import ColumnElement, and_, or_
 
 from auditor.trail.models import AuditRecord
+from auditor.trail.stored_json import readable_json
 
 DETAILS_KEY = "domain_resolution"
 DomainSource = Literal["given", "detected", "none"]
@@ -39,7 +40,8 @@ def source_of(details: Mapping[str, Any] | None, domain: str | None) -> str:
 
 def source_condition(source: str) -> ColumnElement[bool]:
     """SQL for "records whose domain source is `source`" (legacy records included, see the module docstring)."""
-    stored = AuditRecord.details[DETAILS_KEY]["source"].as_string()
+    # readable_json: one row whose details PostgreSQL cannot read must not fail the filter for every tenant
+    stored = readable_json(AuditRecord.details)[DETAILS_KEY]["source"].as_string()
     legacy = and_(stored.is_(None), AuditRecord.domain.is_not(None) if source == "given" else AuditRecord.domain.is_(None))
     if source == "detected":
         return stored == "detected"

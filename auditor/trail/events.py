@@ -1,6 +1,7 @@
 """The events ledger: what people and the service did to the trail besides reading it, chained like records.
 
-Reviews, legal holds placed and released, rule packs activated, alerts fired and bundles issued are each
+Reviews, legal holds placed and released, rule packs activated, KG versions imported, rolled back or
+anchored, alerts fired and bundles issued are each
 one appended event, written in the same transaction as the state they change (a hold row, the view's
 review mark), so the chained history and the current state cannot disagree.
 """
@@ -18,7 +19,8 @@ from auditor.trail.chain import chain_entries
 from auditor.trail.ledgers import EVENTS
 from auditor.trail.models import TrailEvent
 
-EVENT_KINDS = ("review", "hold_placed", "hold_released", "pack_activated", "alert", "bundle_issued")
+EVENT_KINDS = ("review", "hold_placed", "hold_released", "pack_activated", "alert", "bundle_issued",
+               "kg_imported", "kg_rolled_back", "kg_anchored")   # KG changes: auditor.kg.anchors
 
 
 def append_event(conn: Connection, actor: Reader, *, key: ChainKey, kind: str, record_id: str | None = None,

@@ -20,7 +20,7 @@ from auditor.trail.verify_bundle import neutralise
 _NOT_EXPORTED = {"evaluations", "reviews", "holds", "current"}
 RECORD_COLUMNS = [name for name in AuditRecordOut.model_fields if name not in _NOT_EXPORTED]
 CURRENT_COLUMNS = ["source", "evaluation_id", "evaluated_at", "evaluator_version", "rule_pack_version",
-                   "rule_pack_hash", "rule_pack_active", "n_supported", "n_contradicted", "n_unverifiable", "fer",
+                   "rule_pack_hash", "rule_pack_active", "n_supported", "n_contradicted", "n_unverifiable", "n_fabrication", "fer",
                    "verdict_action", "max_severity", "had_gate", "reviewed", "disputed", "claims"]
 CSV_COLUMNS = RECORD_COLUMNS + [f"current_{name}" for name in CURRENT_COLUMNS]
 

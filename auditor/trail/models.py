@@ -310,6 +310,8 @@ class RecordVerdict(Base):
     min_confidence: Mapped[float | None] = mapped_column(Float)
     rule_ids: Mapped[str | None] = mapped_column(Text)               # " id1 id2 ": gate decisions + claims
     search_text: Mapped[str | None] = mapped_column(Text)            # casefolded claim texts (purged with them)
+    # server-side default only: a migration rebuilding the view as an older revision made it leaves it out
+    n_fabrication: Mapped[int] = mapped_column(Integer, server_default="0")   # verdicts.is_fabrication
     reviewed_ref: Mapped[str | None] = mapped_column(String(36))     # the verdict set last reviewed
     disputed: Mapped[int] = mapped_column(Integer, default=0)        # claims disputed in that review
 

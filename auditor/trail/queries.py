@@ -115,6 +115,8 @@ def _verdict_conditions(filters: RecordFilter, active_packs: Mapping[str, str] |
     conditions: list[Any] = []
     if filters.has_contradicted is not None:
         conditions.append(View.n_contradicted > 0 if filters.has_contradicted else View.n_contradicted == 0)
+    if filters.fabrication is not None:
+        conditions.append(View.n_fabrication > 0 if filters.fabrication else View.n_fabrication == 0)
     if filters.severity is not None:
         conditions.append(View.max_severity.in_(SEVERITIES[SEVERITIES.index(filters.severity):]))
     if filters.fer_min is not None:
@@ -245,6 +247,7 @@ def current_verdicts(view: RecordVerdict, versions: Mapping[str, str], active: M
         source=view.source, evaluation_id=view.evaluation_id, evaluated_at=view.evaluated_at,
         evaluator_version=view.evaluator_version, rule_pack=pack, kg_version=view.kg_version,
         n_supported=view.n_supported, n_contradicted=view.n_contradicted, n_unverifiable=view.n_unverifiable,
+        n_fabrication=view.n_fabrication or 0,
         fer=view.fer, citation_confidence=view.citation_confidence, joint_score=view.joint_score,
         verdict_action=view.implied_action, max_severity=view.max_severity, min_confidence=view.min_confidence,
         had_gate=had_gate(view.endpoint, view.kind),

@@ -72,6 +72,8 @@ class RecordFilter(BaseModel):
     verdict_action: GateActionName | None = Field(default=None, description="What the current verdicts ask for")
     status: Literal["completed", "refused", "blocked", "error"] | None = None
     has_contradicted: bool | None = None
+    fabrication: bool | None = Field(default=None, description="A claim cites a reference no index holds "
+                                     "(a possible fabrication, or absent inside an index's complete coverage)")
     severity: Literal["low", "medium", "high", "critical"] | None = Field(
         default=None, description="Highest severity among broken rules, at least this")
     fer_min: float | None = Field(default=None, ge=0, le=1)
@@ -149,6 +151,7 @@ class CurrentVerdicts(BaseModel):
     n_supported: int
     n_contradicted: int
     n_unverifiable: int
+    n_fabrication: int = 0             # claims citing a reference no index holds (verdicts.is_fabrication)
     fer: float | None
     citation_confidence: float | None
     joint_score: float | None

@@ -17,7 +17,7 @@ restored from what the chain protects).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -48,6 +48,16 @@ class ClaimSummary:
     min_confidence: float | None
     rule_ids: tuple[str, ...]
     search_text: str | None
+    n_fabrication: int = 0   # references no index holds: possible fabrications, and those contradicted as absent
+
+
+FABRICATION_EVIDENCE = ("possible_fabrication", "fabrication")
+
+
+def is_fabrication(claim: Mapping[str, Any]) -> bool:
+    """A claim about a reference that no index holds (a possible fabrication), or that complete coverage proves
+    absent ("no case at 541 U.S. 1127"): its own category in lists, filters and bundles."""
+    return any(isinstance(e, dict) and e.get("kind") in FABRICATION_EVIDENCE for e in claim.get("evidence") or [])
 
 
 def summarise_claims(claims: Sequence[Any] | None) -> ClaimSummary:
@@ -61,9 +71,11 @@ def summarise_claims(claims: Sequence[Any] | None) -> ClaimSummary:
     confidences: list[float] = []
     rule_ids: set[str] = set()
     texts: list[str] = []
+    fabrications = 0
     for claim in claims or []:
         if not isinstance(claim, dict):
             continue
+        fabrications += is_fabrication(claim)
         verdict = claim.get("verdict")
         if verdict in counts:
             counts[verdict] += 1
@@ -86,7 +98,7 @@ def summarise_claims(claims: Sequence[Any] | None) -> ClaimSummary:
         counts["supported"], counts["contradicted"], counts["unverifiable"], implied,
         max(severities, key=_SEVERITY_RANK.__getitem__) if severities else None,
         min(confidences) if confidences else None, tuple(sorted(rule_ids)),
-        search_text(texts),
+        search_text(texts), fabrications,
     )
 
 
@@ -166,7 +178,7 @@ def _inline_verdicts(values: Mapping[str, Any]) -> dict[str, Any]:
         "citation_confidence": None, "joint_score": None, "implied_action": action,
         "max_severity": severity or summary.max_severity, "min_confidence": summary.min_confidence,
         "rule_ids": values.get("rule_ids") or _rule_id_text([*summary.rule_ids, *_gate_rule_ids(values.get("gate_decisions"))]),
-        "search_text": summary.search_text,
+        "search_text": summary.search_text, "n_fabrication": summary.n_fabrication,
     }
 
 
@@ -175,7 +187,7 @@ def _no_verdicts(values: Mapping[str, Any]) -> dict[str, Any]:
         "source": "none", "evaluation_id": None, "evaluated_at": None, "evaluator_version": None,
         "rule_pack_hash": None, "kg_version": None, "n_supported": 0, "n_contradicted": 0, "n_unverifiable": 0,
         "fer": None, "citation_confidence": None, "joint_score": None, "implied_action": None,
-        "max_severity": None, "min_confidence": None, "rule_ids": None, "search_text": None,
+        "max_severity": None, "min_confidence": None, "rule_ids": None, "search_text": None, "n_fabrication": 0,
     }
 
 
@@ -191,7 +203,7 @@ def evaluation_verdicts(evaluation: Any, gate_decisions: Sequence[Any] | None) -
         "implied_action": summary.implied_action, "max_severity": summary.max_severity,
         "min_confidence": summary.min_confidence,
         "rule_ids": _rule_id_text([*summary.rule_ids, *_gate_rule_ids(gate_decisions)]),
-        "search_text": summary.search_text,
+        "search_text": summary.search_text, "n_fabrication": summary.n_fabrication,
     }
 
 
@@ -264,9 +276,10 @@ def forget_text(conn: Connection, record_ids: Sequence[str]) -> None:
 
 
 def rebuild(conn: Connection, *, active_packs: Mapping[str, str], domain: str | None = None,
-            after_seq: int = 0, batch: int = 2000) -> int:
+            after_seq: int = 0, batch: int = 2000, columns: Collection[str] | None = None) -> int:
     """Recompute view rows from the chained records and evaluations, `batch` records at a time (bounded
-    memory). Returns how many rows were written. Reviews keep their marks; purged text stays dropped."""
+    memory). Returns how many rows were written. Reviews keep their marks; purged text stays dropped.
+    `columns`: write only these (a migration rebuilding the view as an older revision defined it)."""
     written = 0
     while True:
         query = select(AuditRecord.__table__).where(AuditRecord.seq > after_seq).order_by(AuditRecord.seq).limit(batch)
@@ -287,6 +300,8 @@ def rebuild(conn: Connection, *, active_packs: Mapping[str, str], domain: str | 
         conn.execute(delete(RecordVerdict).where(RecordVerdict.record_id.in_(ids)))
         rows = [_rebuilt_row(record, evaluations.get(record["id"], []), kept.get(record["id"]), active_packs)
                 for record in records]
+        if columns is not None:
+            rows = [{name: value for name, value in row.items() if name in columns} for row in rows]
         bulk_insert(conn, RecordVerdict.__table__, rows)
         written += len(rows)
 

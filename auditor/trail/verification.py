@@ -41,6 +41,7 @@ def verify_store(database: Database, *, hmac_key: bytes, witness: Witness | None
         starts, notes = _starts(conn, hmac_key) if mode == "incremental" else ({}, {})
         report = verify_trail(conn, hmac_key, starts=starts)
         report.extra["mode"] = mode
+        _check_kg(conn, hmac_key, report)
         if mode == "incremental":
             report.extra["started_after"] = {name: link.seq for name, link in starts.items()}
             if notes:
@@ -54,6 +55,18 @@ def verify_store(database: Database, *, hmac_key: bytes, witness: Witness | None
     if reached:
         _remember(database, reached, hmac_key, mode)
     return report
+
+
+def _check_kg(conn: Connection, key: bytes, report: ChainReport) -> None:
+    """The KG versions and imports against the chained KG events (`auditor.kg.anchors.check_store`); a problem
+    there fails the verification like a broken ledger (its `ledger` is "kg")."""
+    from auditor.kg.anchors import check_store  # the KG tables live beside the trail, not in it
+
+    kg = check_store(conn, key)
+    report.extra["kg"] = kg.summary()
+    if kg.problem is not None:
+        report.ok = False
+        report.problem = report.problem or kg.problem
 
 
 def _starts(conn: Connection, key: bytes) -> tuple[dict[str, Link], dict[str, str]]:

@@ -25,6 +25,7 @@ from knowledge_graphs.imports import (
     triples,
     uslm_xml,
 )
+from knowledge_graphs.imports.control_chars import control_in, strings_in
 from knowledge_graphs.imports.errors import ImportFileError, RowError
 from knowledge_graphs.imports.overlay import (
     Overlay,
@@ -33,6 +34,7 @@ from knowledge_graphs.imports.overlay import (
     apply_overlays,
     diff_versions,
     fact_key,
+    item_json,
     version_of,
 )
 from knowledge_graphs.imports.stamp import ImportedProvenance, ImportStamp
@@ -71,7 +73,20 @@ def parse_file(fmt: str, data: bytes, *, domain: str, stamp: ImportStamp, kg: Kn
         raise ImportFormatError(f"the {fmt} format imports into the {fixed_domain} KG, not {domain}")
     if kg.domain != domain:
         raise ImportFormatError(f"the KG given is the {kg.domain} KG, not {domain}")
-    return parser(data, stamp=stamp, kg=kg)
+    overlay = parser(data, stamp=stamp, kg=kg)
+    _refuse_control_characters(overlay, stamp.file_name)
+    return overlay
+
+
+def _refuse_control_characters(overlay: Overlay, file_name: str) -> None:
+    """Every format, whatever path its text took (XML, JSON, derived aliases): no stored string may hold a
+    terminal or bidi control (`control_chars`); the first one found names its row."""
+    for item in (*overlay.entities, *overlay.facts):
+        data = item_json(item)
+        for path, value in strings_in({k: v for k, v in data.items() if k != "provenance"}):
+            if (bad := control_in(value)) is not None:
+                line = getattr(item.provenance, "row", 0) or 0
+                raise ImportFileError(file_name, [RowError(line, path, bad)])
 
 
 __all__ = [

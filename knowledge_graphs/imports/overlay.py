@@ -152,6 +152,11 @@ def fact_key(fact: Fact) -> str:
                       sort_keys=True, default=str)
 
 
+def item_json(item: Entity | Fact) -> dict[str, Any]:
+    """An entity or fact as stored in an overlay."""
+    return _entity_json(item) if isinstance(item, Entity) else _fact_json(item)
+
+
 def _entity_json(entity: Entity) -> dict[str, Any]:
     return {"id": entity.id, "type": entity.type, "name": entity.name, "aliases": entity.aliases,
             "attributes": entity.attributes, "provenance": _provenance_json(entity.provenance)}

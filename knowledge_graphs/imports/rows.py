@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from knowledge_graphs.imports.control_chars import control_in
 from knowledge_graphs.imports.errors import ErrorLog, FieldError
 
 R = TypeVar("R")
@@ -106,6 +107,8 @@ def text(record: dict[str, Any], name: str, *, required: bool = True, null: str 
         return None
     if len(value) > MAX_FIELD_CHARS:
         raise FieldError(name, f"longer than {MAX_FIELD_CHARS} characters")
+    if (bad := control_in(value)) is not None:
+        raise FieldError(name, bad)
     return value
 
 

@@ -233,7 +233,8 @@ def _backfill() -> None:
     from auditor.trail import verdicts
 
     bind = op.get_bind()
-    verdicts.rebuild(bind, active_packs={})
+    # the view's columns as this revision made them: later revisions add their own (and fill them)
+    verdicts.rebuild(bind, active_packs={}, columns={c["name"] for c in sa.inspect(bind).get_columns("record_verdicts")})
     entries = bind.execute(sa.text("SELECT id, record_ids, target, action, result_count FROM access_log "
                                    "WHERE record_ids IS NOT NULL OR action = 'show'")).all()
     import json

@@ -14,16 +14,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from auditor.settings import Settings
 from auditor.store.database import ChainKey, Database
 from auditor.store.scratch import scratch_schema
+from auditor.store.signing_key import SigningKey
 from engine.outputs import ProcessorEvent, RequestOutput, RequestStats, TokenLogprob
 from engine.sampling_params import InvalidRequestError, SamplingParams
 
 POSTGRES_URL = os.environ.get("AUDITOR_TEST_POSTGRES_URL")
 TEST_HMAC_KEY = "test-hmac-key-0123456789-0123456789"
-TEST_CHAIN_KEY = ChainKey(TEST_HMAC_KEY.encode(), 5)
+# A fixed Ed25519 key signs the bundles of stores opened with TEST_CHAIN_KEY (tests read its public half here).
+TEST_SIGNING_KEY = SigningKey(Ed25519PrivateKey.from_private_bytes(bytes(range(32))))
+TEST_CHAIN_KEY = ChainKey(TEST_HMAC_KEY.encode(), 5, TEST_SIGNING_KEY)
 
 
 def _fresh_postgres_schema() -> Iterator[str]:

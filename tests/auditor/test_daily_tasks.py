@@ -105,7 +105,14 @@ def test_b_legal_answers_exported_for_a_regulator(world: World, tmp_path: Path) 
 
     status, out, err = world.cli("audits", "export", "--domain", "legal", "--bundle", str(tmp_path / "cli"))
     assert status == 0, err
-    assert _verify_bundle(tmp_path / "cli").returncode == 0
+    # The regulator checks with the public key the service publishes apart from the bundle.
+    status, keys, err = world.cli("audits", "bundle-keys", "--json")
+    assert status == 0, err
+    public_key = json.loads(keys)["ed25519_public_key"]
+    assert public_key in out
+    checked = _verify_bundle(tmp_path / "cli", "--public-key", public_key)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert _verify_bundle(folder, "--public-key", public_key).returncode == 0   # the API's bundle: the same key
     # One altered cell: the year of Brown in the per-claim CSV.
     path = tmp_path / "cli" / "claims.csv"
     path.write_text(path.read_text(encoding="utf-8").replace("1955", "1954"), encoding="utf-8")
@@ -270,7 +277,7 @@ def test_f_fer_trends_per_domain_and_model_and_alerts(world: World) -> None:
         assert status == 0
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            alerts = world.get("/v1/alerts")["data"]
+            alerts = world.get("/v1/alerts", "admin")["data"]   # rules over every tenant: admins' alone
             if len(alerts) == 2 and all(a["delivery"] == "delivered" for a in alerts):
                 break
             time.sleep(0.2)

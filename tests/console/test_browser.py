@@ -3,6 +3,7 @@ service with imported answers of another model (a 5000 mg Metformin dose, Brown 
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -126,12 +127,16 @@ def test_export_bundle_verifies_offline(page: Any, live_world: Any, tmp_path: Pa
     with zipfile.ZipFile(archive) as bundle:
         bundle.extractall(tmp_path / "bundle")
     folder = next(p.parent for p in (tmp_path / "bundle").rglob("manifest.json"))
-    checked = subprocess.run([sys.executable, str(VERIFY_BUNDLE), str(folder)], capture_output=True, text=True)
+    # The regulator's key comes from the service apart from the bundle (`auditor audits bundle-keys`).
+    status, keys, err = live_world.cli("audits", "bundle-keys", "--json")
+    assert status == 0, err
+    check = [sys.executable, str(VERIFY_BUNDLE), str(folder), "--public-key", json.loads(keys)["ed25519_public_key"]]
+    checked = subprocess.run(check, capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     # ...and a changed byte in it is caught.
     records = next(folder.rglob("records.jsonl"))
     records.write_text(records.read_text().replace("5000 mg", "500 mg", 1))
-    tampered = subprocess.run([sys.executable, str(VERIFY_BUNDLE), str(folder)], capture_output=True, text=True)
+    tampered = subprocess.run(check, capture_output=True, text=True)
     assert tampered.returncode == 1
 
 

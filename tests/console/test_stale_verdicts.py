@@ -40,7 +40,8 @@ def test_a_verdict_citing_a_rolled_back_import_is_marked_stale(console: Any) -> 
     imported = versions.import_file(database, packaged_kg("legal"), fmt="cases", path=FIXTURES / "scdb_cases.csv",
                                     imported_by="key:k1 (acme)")
     with database.engine.connect() as conn:
-        row = versions.kg_for(conn, packaged_kg("legal"), versions.current_version(conn, "legal")).entity(
+        row = versions.kg_for(conn, packaged_kg("legal"), versions.current_version(conn, "legal"),
+                              key=database.chain_key.hmac_key).entity(
             "case:scdb-2000-077").provenance
     claim = {"text": "Kyllo v. United States, 533 U.S. 27 (1999)", "kind": "case_year", "verdict": "contradicted",
              "confidence": 0.9, "evidence": [{"kind": "kg_fact", "description": "KYLLO v. UNITED STATES: decided in 2001",

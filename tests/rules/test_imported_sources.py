@@ -276,3 +276,15 @@ def test_a_section_imported_from_ecfr_resolves_as_a_reference() -> None:
     (claim,) = claims("Under 12 C.F.R. § 1026.1, Regulation Z states its purpose.", "legal", covered, "statute")
     assert claim.verdict != "contradicted" and not any(e.kind == "possible_fabrication" for e in claim.evidence)
     assert any("1026.1" in e.description for e in claim.evidence)
+
+
+def test_a_section_proved_absent_is_blocked_under_the_legal_packs_default_rules() -> None:
+    covered = _imported("uslm-xml", "uslm_title42_excerpt.xml")
+    report = verify("Fee awards are governed by 42 U.S.C. § 1989 in every civil rights case.", "legal", kg=covered)
+    [claim] = [c for c in report.claims if c.kind == "statute"]
+    assert claim.verdict == "contradicted"
+    actions = {(a.rule_id, a.on_fail) for a in report.gate_actions}
+    assert ("legal.citation.statute.exists", "block") in actions
+    # without the import the same citation is only a possible fabrication, and nothing is blocked
+    plain = verify("Fee awards are governed by 42 U.S.C. § 1989 in every civil rights case.", "legal")
+    assert not any(a.on_fail == "block" for a in plain.gate_actions)

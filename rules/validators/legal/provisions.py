@@ -96,6 +96,28 @@ def statute(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
     return findings
 
 
+@validator("legal.statute_exists")
+def statute_exists(doc: Document, params: Mapping[str, Any]) -> list[Finding]:
+    """Only the references an import's complete coverage proves absent: the same findings `legal.statute` makes
+    for them, under a rule of their own so that a pack can block a fabricated section and annotate the rest."""
+    if doc.kg is None:
+        return []
+    refs = doc.cache.get("statute_refs") or _references(doc)
+    return [found for ref in refs if ref.entity is None and (found := _absent(doc, ref)) is not None]
+
+
+def _absent(doc: Document, ref: _Ref) -> Finding | None:
+    """A contradiction when the cited section lies in a title or part imported whole and the index lacks it."""
+    assert doc.kg is not None
+    if ref.key is None:
+        return None
+    why = absence_inside_coverage(doc.kg, list(_statute_index(id(doc.kg), doc.kg.version, doc.kg).sections), ref.key)
+    if why is None:
+        return None
+    return Finding(ref.text, (ref.start, ref.end), "statute", "contradicted", 0.85,
+                   [Evidence(kind="fabrication", description=why)], citation=CitationCheck("statute", "invalid", False))
+
+
 # -- references ---------------------------------------------------------------------------------------------
 def _references(doc: Document) -> list[_Ref]:
     assert doc.kg is not None
@@ -348,12 +370,9 @@ def _judge_reference(doc: Document, ref: _Ref) -> list[Finding]:
             return [Finding(ref.text, (ref.start, ref.end), "statute", "contradicted", 0.85,
                             [kg_evidence(f"{wrong.name} is not {ref.text}", wrong.provenance)], subject=wrong.id,
                             citation=CitationCheck("statute", "unconfirmed", False))]
-        absent = absence_inside_coverage(doc.kg, list(_statute_index(id(doc.kg), doc.kg.version, doc.kg).sections),
-                                         ref.key) if ref.key is not None else None
+        absent = _absent(doc, ref)
         if absent is not None:
-            return [Finding(ref.text, (ref.start, ref.end), "statute", "contradicted", 0.85,
-                            [Evidence(kind="fabrication", description=absent)],
-                            citation=CitationCheck("statute", "invalid", False))]
+            return [absent]
         return [Finding(ref.text, (ref.start, ref.end), "statute", "unverifiable", 0.5,
                         [possible_fabrication(ref.text, "KG's statute index"),
                          Evidence(kind="kg_fact", description=f"{ref.text} is not in the KG's statute index")],

@@ -76,7 +76,7 @@ def test_once_keys_exist_an_admin_key_must_name_the_importer(cli_database, capsy
     assert kg(*args, "--as-of", "2026-12-01") == 0
     with cli_database.engine.connect() as conn:
         current = versions.current_version(conn, "finance")
-        kg_now = versions.kg_for(conn, packaged_kg("finance"), current)
+        kg_now = versions.kg_for(conn, packaged_kg("finance"), current, key=cli_database.chain_key.hmac_key)
     provenance = kg_now.entity("sdn:9001").provenance
     assert provenance.imported_by == f"key:{admin_id} (acme)" and current.created_by == provenance.imported_by
     assert provenance.row == 1 and provenance.as_of == "2026-12-01"
@@ -119,7 +119,8 @@ def test_kg_reaudit_withdrawn_rejudges_the_verdicts_a_rollback_left_citing_withd
     assert kg("import", "--domain", "legal", "--format", "cases", str(FIXTURES / "scdb_cases.csv"), "--json") == 0
     imported = json.loads(capsys.readouterr().out)["version"]
     with cli_database.engine.connect() as conn:
-        row = versions.kg_for(conn, packaged_kg("legal"), versions.current_version(conn, "legal")).entity(
+        row = versions.kg_for(conn, packaged_kg("legal"), versions.current_version(conn, "legal"),
+                              key=cli_database.chain_key.hmac_key).entity(
             "case:scdb-2000-077").provenance
     claim = {"text": "Kyllo v. United States, 533 U.S. 27 (1999)", "kind": "case_year", "verdict": "contradicted",
              "evidence": [{"kind": "kg_fact", "description": "decided in 2001", "source": row.source,

@@ -16,7 +16,7 @@ from auditor.kg import versions
 from auditor.serving import runtime
 from auditor.store.database import Database
 from knowledge_graphs import load_kg, packaged_kg
-from tests.auditor.conftest import FakeEngine, make_settings
+from tests.auditor.conftest import TEST_CHAIN_KEY, TEST_HMAC_KEY, FakeEngine, make_settings
 
 pytestmark = pytest.mark.timeout(300)
 FIXTURES = Path(__file__).parents[2] / "knowledge_graphs" / "imports" / "fixtures"
@@ -53,7 +53,7 @@ def ask(client: TestClient) -> dict[str, Any]:
 
 
 def import_cases(database_url: str) -> str:
-    database = Database(database_url)
+    database = Database(database_url, chain_key=TEST_CHAIN_KEY)
     database.upgrade()
     try:
         return versions.import_file(database, packaged_kg("legal"), fmt="cases", path=FIXTURES / "scdb_cases.csv",
@@ -96,7 +96,7 @@ def test_the_follower_picks_an_import_and_a_rollback_up_without_reload(legal_ser
     assert ask(client)["kg_version"] == packaged
     new_version = import_cases(sqlite_url)
     assert _eventually(lambda: ask(client)["kg_version"] == new_version)
-    database = Database(sqlite_url)
+    database = Database(sqlite_url, chain_key=TEST_CHAIN_KEY)
     versions.rollback(database, packaged_kg, packaged, by="key:k1 (acme)")
     database.dispose()
     assert _eventually(lambda: ask(client)["kg_version"] == packaged)
@@ -147,7 +147,7 @@ def test_the_decoding_constraint_sees_an_import(tiny_checkpoint: Path, sqlite_ur
             return client.get(f"/v1/audits/{response.headers['X-Audit-Id']}").json()
 
         assert anchors(ask_medical()) == []
-        database = Database(sqlite_url)
+        database = Database(sqlite_url, chain_key=TEST_CHAIN_KEY)
         tiny = knowledge.kgs["medical"]
         result = versions.import_file(database, tiny, fmt="formulary", path=FIXTURES / "formulary.csv",
                                       imported_by="key:k1 (acme)")
@@ -179,10 +179,10 @@ def test_an_engine_core_in_its_own_process_follows_the_store(tiny_checkpoint: Pa
 
     from engine.sampling_params import InvalidRequestError, SamplingParams
 
-    database = Database(sqlite_url)
+    database = Database(sqlite_url, chain_key=TEST_CHAIN_KEY)
     database.upgrade()
     engine = runtime.load_engine(tiny_checkpoint, ["legal"], process=True, index_cache_dir=None,
-                                 kg_store=runtime.KgStoreFollow(sqlite_url, 0.2))
+                                 kg_store=runtime.KgStoreFollow(sqlite_url, 0.2, TEST_HMAC_KEY))
 
     async def probe() -> bool:
         params = SamplingParams(max_tokens=2, extra_args={"kg_constraint": {

@@ -53,7 +53,7 @@ def test_an_import_is_a_new_current_version_on_the_packaged_one(database) -> Non
     assert rows[1].version_hash == result.version.version_hash != legal.version
     assert rows[1].created_by == "key:k1 (acme)"
     with database.engine.connect() as conn:
-        kg = versions.kg_for(conn, legal, versions.current_version(conn, "legal"))
+        kg = versions.kg_for(conn, legal, versions.current_version(conn, "legal"), key=database.chain_key.hmac_key)
         stored = conn.execute(select(KgImport)).one()
     assert kg.version == result.version.version_hash
     assert kg.entity("case:scdb-2000-077").provenance.imported_by == "key:k1 (acme)"
@@ -111,8 +111,8 @@ def test_an_overlay_altered_in_the_store_is_refused(database) -> None:
     versions._overlay_cache.items.clear()
     with database.engine.begin() as conn:
         conn.execute(update(KgImport).values(overlay=zlib.compress(b'{"domain": "legal"}')))
-    with database.engine.connect() as conn, pytest.raises(versions.KgVersionError, match="altered"):
-        versions.load_overlays(conn, [result.import_id])
+    with database.engine.connect() as conn, pytest.raises(versions.KgIntegrityError, match="altered"):
+        versions.load_overlays(conn, [result.import_id], key=database.chain_key.hmac_key)
 
 
 def test_racing_imports_both_land(database) -> None:

@@ -146,7 +146,8 @@ def test_a_5xx_answer_to_a_generation_is_not_retried_but_listing_models_is() -> 
         return httpx.Response(503, json={"error": {"message": "overloaded"}})
 
     error = _run_chat(httpx.MockTransport(unavailable), connect_retries=2)
-    assert error.code == "upstream_error" and "503: overloaded" in error.message and len(attempts) == 1
+    assert error.code == "upstream_error" and "answered 503" in error.message and len(attempts) == 1
+    assert error.said == "overloaded" and "overloaded" not in error.message   # its words are kept, not echoed
 
     backend = UpstreamBackend("up", UpstreamConfig(**UPSTREAM, connect_retries=2), api_key=None,
                               transport=httpx.MockTransport(unavailable))

@@ -5,22 +5,27 @@ neutralised without breaking the check, and the checker runs on the standard lib
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import json
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from auditor.jobs import scoring
 from auditor.store.database import Database
-from auditor.trail import ledgers
+from auditor.trail import ledgers, reviews
 from auditor.trail.access_log import CliOperator
 from auditor.trail.bundle import BundleError, csv_value, write_bundle
-from auditor.trail.bundle_columns import RECORD_COLUMNS
+from auditor.trail.bundle_columns import RECORD_COLUMNS, TABLES
+from auditor.trail.chain import canonical_time
+from auditor.trail.queries import get_shown, record_views
 from auditor.trail.schemas import RecordFilter
+from auditor.trail.verify_bundle import COLUMNS as CHECKER_COLUMNS
 from auditor.trail.verify_bundle import LEDGERS as CHECKER_LEDGERS
 from auditor.trail.witness import FileWitness, WitnessPublisher
 from tests.auditor.conftest import TEST_HMAC_KEY
@@ -39,9 +44,15 @@ class TenantReader:
 
 
 def _check(folder: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    # -I -S: isolated, without site-packages: the checker has nothing but the standard library to lean on.
+    # -I -S: isolated, without site-packages: with the HMAC key the checker needs nothing but the standard library.
     return subprocess.run([sys.executable, "-I", "-S", str(folder / "verify_bundle.py"), str(folder), *extra],
                           capture_output=True, text=True, timeout=120)
+
+
+def _check_with_key(folder: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    key = folder.parent / "hmac.key"
+    key.write_text(TEST_HMAC_KEY)
+    return _check(folder, "--hmac-key-file", str(key), *extra)
 
 
 @pytest.fixture
@@ -163,7 +174,8 @@ def test_a_rewritten_chain_is_caught_by_the_signatures_not_by_consistency(bundle
         writer.writerow([column for column, *_ in RECORD_COLUMNS])
         writer.writerows([csv_value(row, source) for _, source, *_ in RECORD_COLUMNS] for row in rows)
     _redo_manifest(bundle)
-    assert _check(bundle).returncode == 0
+    consistent = _check(bundle)   # consistent, but without a key nothing says it is the service's
+    assert consistent.returncode == 3 and "NOT authenticated" in consistent.stdout, consistent.stdout
     key = tmp_path / "key"
     key.write_text(TEST_HMAC_KEY)
     result = _check(bundle, "--hmac-key-file", str(key))
@@ -174,7 +186,7 @@ def test_formulas_are_neutralised_and_still_verify(bundle: Path) -> None:
     cells = [cell for row in csv.reader((bundle / "claims.csv").open(encoding="utf-8", newline="")) for cell in row]
     assert "'=HYPERLINK(\"http://evil\") is what it said." in cells
     assert not any(cell.startswith(("=", "@")) for cell in cells)
-    assert _check(bundle).returncode == 0
+    assert _check_with_key(bundle).returncode == 0
 
 
 def test_the_witness_vouches_for_the_checkpoints(database: Database, tmp_path: Path) -> None:
@@ -184,7 +196,7 @@ def test_the_witness_vouches_for_the_checkpoints(database: Database, tmp_path: P
     WitnessPublisher(database, FileWitness(witness_path)).publish_once()
     folder = tmp_path / "b"
     write_bundle(database, CliOperator(), RecordFilter(), folder)
-    result = _check(folder, "--witness", str(witness_path))
+    result = _check_with_key(folder, "--witness", str(witness_path))
     assert result.returncode == 0 and "match the witness" in result.stdout
     lines = [json.loads(line) for line in witness_path.read_text().splitlines()]
     for line in lines:
@@ -199,7 +211,7 @@ def test_a_tenants_auditor_bundles_only_its_own_records(database: Database, tmp_
     append_output(database, "Other statement.", tenant="other")
     manifest = write_bundle(database, TenantReader("acme"), RecordFilter(), tmp_path / "acme")
     assert manifest["counts"]["records"] == 1 and manifest["created_by"]["tenant"] == "acme"
-    assert _check(tmp_path / "acme").returncode == 0
+    assert _check_with_key(tmp_path / "acme").returncode == 0
     with pytest.raises(BundleError):
         write_bundle(database, CliOperator(), RecordFilter(), tmp_path / "acme")   # a folder that is not empty
 
@@ -210,3 +222,47 @@ def test_the_checkers_field_lists_are_the_ledgers() -> None:
         assert checker["number"] == ledger.number
         assert checker["hashed_fields"] == list(ledger.hashed_fields)
         assert checker["sensitive_fields"] == dict(ledger.sensitive_fields)
+        assert checker["optional_fields"] == list(ledger.optional_fields)
+
+
+def test_the_checkers_columns_are_the_column_dictionary() -> None:
+    # The checker fixes each column's source itself; columns.csv (written from bundle_columns) must say the same.
+    assert set(CHECKER_COLUMNS) == set(TABLES)
+    for table, columns in TABLES.items():
+        assert list(CHECKER_COLUMNS[table]) == [(column, source) for column, source, *_ in columns]
+
+
+def test_the_bundles_verdicts_are_the_services(database: Database, bundle: Path, tmp_path: Path) -> None:
+    # The bundle derives each record's current verdicts with the checker's rules; on genuine data they are
+    # what the service's own view says (reviews included).
+    claims = [json.loads(line) for line in (bundle / "claims.jsonl").read_text().splitlines()]
+    supported = next(c for c in claims if c["claim"]["verdict"] == "supported")
+    first = supported["record_id"]
+    reviews.submit_review(database, CliOperator(), first, reviews.ReviewIn(claims=[
+        reviews.ClaimReview(claim_index=supported["claim_index"], decision="false_negative")]))
+    folder = tmp_path / "reviewed"
+    write_bundle(database, CliOperator(), RecordFilter(domain="finance"), folder)
+    rows = {row["id"]: row for row in (json.loads(line) for line in (folder / "records.jsonl").read_text().splitlines())}
+    assert rows[first]["current"]["reviewed"] is True and rows[first]["current"]["disputed"] == 1
+    with database.session() as session:
+        shown = [get_shown(session, record_id, tenant_scope=None) for record_id in rows]
+        views = record_views(session.connection(), shown)
+    for view in views:
+        service = view.current.model_dump(mode="json", exclude={"claims", "kg_stale", "kg_stale_reason", "evaluated_at"})
+        assert {k: v for k, v in rows[view.id]["current"].items() if k != "evaluated_at"} == service
+        assert rows[view.id]["occurred_at"] == canonical_time(view.occurred_at)
+
+
+def test_evaluations_with_optional_chained_fields_verify(database: Database, tmp_path: Path) -> None:
+    class DetectingEvaluator(MarkerEvaluator):
+        def evaluate(self, **kwargs: Any) -> scoring.Scored:
+            return dataclasses.replace(super().evaluate(**kwargs), details={"domains": ["finance"], "detected": True})
+
+    record = append_output(database, "[false] Rates rose. Gold is a metal.")
+    scoring.score_record(database, DetectingEvaluator(), scoring.ScoreRequest(record))
+    folder = tmp_path / "b"
+    write_bundle(database, CliOperator(), RecordFilter(), folder)
+    [evaluation] = [json.loads(line) for line in (folder / "evaluations.jsonl").read_text().splitlines()]
+    assert evaluation["details"] == {"domains": ["finance"], "detected": True}
+    result = _check_with_key(folder)
+    assert result.returncode == 0, result.stdout

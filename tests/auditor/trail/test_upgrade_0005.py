@@ -26,7 +26,11 @@ def _old_store(database: Database) -> tuple[list[str], str]:
         for i in range(3):
             values = {"id": new_id(), "kind": "record", "created_at": utcnow(), "tenant": "acme", "status": "completed",
                       "domain": "finance", "endpoint": "import" if i == 2 else "chat", "content_mode": "raw",
-                      "output": f"Statement {i}.", "claims": [{"verdict": "supported", "text": f"Statement {i}."}],
+                      "output": f"Statement {i}.", "claims": [{"verdict": "supported", "text": f"Statement {i}."}] + (
+                          # a claim citing a reference no index held: revision 0008 counts it as a fabrication
+                          [{"verdict": "unverifiable", "text": "Doe v. Roe, 999 U.S. 1",
+                            "evidence": [{"kind": "possible_fabrication", "description": "possible fabrication"}]}]
+                          if i == 1 else []),
                       "gate_decisions": [{"stage": "output", "rule_id": "r", "action": "allow", "reason": "ok"}],
                       "n_supported": 1, "n_contradicted": 0, "n_unverifiable": 0, "fer": 0.0, "gate_action": "allow",
                       "details": {"timestamp": "2026-06-01T09:00:00+00:00"} if i == 2 else None}
@@ -61,6 +65,7 @@ def test_upgrade_derives_the_view_and_the_read_index(database_url: str) -> None:
     assert (views[ids[0]].source, views[ids[0]].evaluation_id, views[ids[0]].n_contradicted) == ("evaluation", evaluation_id, 1)
     assert (views[ids[1]].source, views[ids[1]].n_supported, views[ids[1]].gate_action) == ("inline", 1, "allow")
     assert views[ids[2]].source == "none" and views[ids[2]].occurred_at.isoformat().startswith("2026-06-01")
+    assert [views[i].n_fabrication for i in ids] == [0, 1, 0]   # filled by 0008 from the current claims
     assert sorted(reads) == sorted(ids)
     assert report.ok, report.problem   # old, non-canonical JSON text verifies through the parsing fallback
     database.dispose()

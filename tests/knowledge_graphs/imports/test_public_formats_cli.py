@@ -24,7 +24,8 @@ def kg(*argv: str) -> int:
 
 def current_kg(database: Database, domain: str):
     with database.engine.connect() as conn:
-        return versions.kg_for(conn, packaged_kg(domain), versions.current_version(conn, domain))
+        return versions.kg_for(conn, packaged_kg(domain), versions.current_version(conn, domain),
+                               key=database.chain_key.hmac_key)
 
 
 def stored_overlay(database: Database, name: str) -> dict:

@@ -14,11 +14,10 @@ from typing import Any, Protocol
 from auditor.gate.injection import SIGNALS_SOURCE, assess_injection
 from auditor.gate.pii import PiiMatch, detector_versions, find_pii, redact_pii
 from auditor.gate.policy import POLICY_SOURCE, policies_for
-from rules.claims import split_sentences
+from auditor.gate.sentence_cut import SentenceCutter
 
 ACTIONS = ("allow", "annotate", "redact", "block", "refuse")
 _RANK = {action: rank for rank, action in enumerate(ACTIONS)}
-_NEWLINES = re.compile(r"\n+")
 # A reply that opens with a bare verdict ("Yes.", "No, it is not.", "That's correct.") states nothing of its own:
 # it takes its meaning from the sentence after it, so it is released or withheld together with that one.
 _ANSWER_WORDS = frozenset({"yes", "no", "yeah", "nope", "correct", "incorrect", "true", "false", "right", "wrong",
@@ -32,23 +31,6 @@ def is_bare_answer(sentence: str) -> bool:
     """A short sentence made only of answer words ("Yes.", "No, that's not right.")"""
     words = _WORD.findall(sentence.lower().replace("\u2019", "'"))
     return 0 < len(words) <= _BARE_ANSWER_MAX_WORDS and all(word in _ANSWER_WORDS for word in words)
-
-
-def complete_sentence_end(text: str) -> int | None:
-    """Where the first sentence of `text` that is known to be complete ends (its trailing whitespace
-    included), or None while it may still go on.
-
-    The validators' own splitter decides, so "Miranda v. Arizona, 384 U.S. 436 (1966)." is gated as
-    one sentence: cutting at "v." or "U.S." would hand the validators fragments with no checkable
-    citation in them. A sentence counts as complete once the next one has begun, or at a newline.
-    """
-    ends = []
-    if newline := _NEWLINES.search(text):
-        ends.append(newline.end())
-    sentences = split_sentences(text)
-    if len(sentences) >= 2:
-        ends.append(sentences[1].start)
-    return min(ends) if ends else None
 
 
 @dataclass(slots=True)
@@ -160,9 +142,10 @@ class OutputGate:
         self.claims: list[dict[str, Any]] = []
         self.decisions: list[GateDecision] = []
         self.annotations: list[str] = []
-        self.delivered = ""
+        self._delivered: list[str] = []   # joined on read: appending to one string copied it per sentence
+        self._opened = False               # some non-blank text was delivered (a bare answer is held only before)
         self.refused = False
-        self._buffer = ""
+        self._text = SentenceCutter()   # generated text not yet gated, and where its sentences end
         self._held: str | None = None   # a bare answer waiting for the sentence it answers for
 
     @property
@@ -179,24 +162,24 @@ class OutputGate:
         `release_complete` (cheap: the caller can judge on another thread only when there is work)."""
         if self.refused:
             return False
-        self._buffer += delta
-        return not self.hold_all and complete_sentence_end(self._buffer) is not None
+        self._text.append(delta)
+        return not self.hold_all and self._text.next_end() is not None
 
     def release_complete(self) -> str:
         """Gate every complete sentence in the buffer; return the text that may be sent now."""
         if self.refused or self.hold_all:
             return ""
         released = []
-        while not self.refused and (end := complete_sentence_end(self._buffer)) is not None:
-            sentence, self._buffer = self._buffer[:end], self._buffer[end:]
-            released.append(self._gate(sentence))
+        while not self.refused and (end := self._text.next_end()) is not None:
+            released.append(self._gate(self._text.cut(end)))
+        self._text.compact()
         return "".join(released)
 
     def finish(self) -> str:
         """Gate whatever is left in the buffer (the last, unterminated sentence)."""
         if self.refused:
             return ""
-        rest, self._buffer = self._buffer, ""
+        rest, self._text = self._text.rest, SentenceCutter()
         released = self._gate(rest) if rest else ""
         if self._held is not None:   # a bare answer with nothing after it stands on its own
             held, self._held = self._held, None
@@ -205,7 +188,7 @@ class OutputGate:
 
     def _gate(self, sentence: str) -> str:
         body = sentence.strip()
-        if body and self._held is None and not self.delivered.strip() and is_bare_answer(body):
+        if body and self._held is None and not self._opened and is_bare_answer(body):
             self._held = sentence   # judged with the next sentence: "Yes." must not leave before a blocked claim
             return ""
         text, withheld = self._judge(sentence, body)
@@ -281,8 +264,16 @@ class OutputGate:
         return redact_pii(text, matches)[0]
 
     def _release(self, text: str) -> str:
-        self.delivered += text
+        self._delivered.append(text)
+        self._opened = self._opened or bool(text.strip())
         return text
+
+    @property
+    def delivered(self) -> str:
+        """The text released so far."""
+        if len(self._delivered) > 1:
+            self._delivered[:] = ["".join(self._delivered)]
+        return self._delivered[0] if self._delivered else ""
 
     @property
     def action(self) -> str:

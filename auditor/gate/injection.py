@@ -2,12 +2,20 @@
 of the signals present, capped at 1; the gate annotates or refuses above configured thresholds.
 
 These are signals, not proof: each one names what it looks for so a reviewer can judge the hit.
+
+The signals are English phrasings; an attacker writes them so that a model still reads them and a pattern does
+not: zero-width characters inside the words, Cyrillic or Greek look-alike letters, full-width or mathematical
+letters, combining marks, no-break spaces. So each signal also runs on a folded view of the text
+(`auditor.gate.unicode_fold`): NFKC, invisible characters removed (or read as spaces), combining marks removed,
+and confusables folded to their ASCII prototype per Unicode TR39. A hit in either counts once.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from auditor.gate.unicode_fold import fold_for_matching, fold_pattern
 
 # Where the phrasings come from; stored with every injection decision.
 SIGNALS_SOURCE = {
@@ -24,10 +32,12 @@ class InjectionSignal:
     weight: float
     pattern: re.Pattern[str]
     description: str
+    folded: re.Pattern[str]     # the pattern as it reads the folded view (`fold_pattern`)
 
 
 def _signal(rule_id: str, weight: float, pattern: str, description: str) -> InjectionSignal:
-    return InjectionSignal(rule_id, weight, re.compile(pattern, re.IGNORECASE), description)
+    return InjectionSignal(rule_id, weight, re.compile(pattern, re.IGNORECASE), description,
+                           re.compile(fold_pattern(pattern), re.IGNORECASE))
 
 
 SIGNALS: tuple[InjectionSignal, ...] = (
@@ -56,5 +66,7 @@ class InjectionAssessment:
 
 
 def assess_injection(text: str) -> InjectionAssessment:
-    hits = tuple(signal for signal in SIGNALS if signal.pattern.search(text))
+    views = fold_for_matching(text)
+    hits = tuple(signal for signal in SIGNALS
+                 if signal.pattern.search(text) or any(signal.folded.search(view) for view in views))
     return InjectionAssessment(min(1.0, round(sum(s.weight for s in hits), 3)), hits)

@@ -6,8 +6,10 @@ A policy file (YAML; built in: `tool_policies.yaml`, or `AUDITOR_TOOL_POLICY_FIL
   function not in `functions` takes the policy's action;
 - `argument_threshold`: a call to one of `functions` ("*": any) whose `argument` (a dotted path into the
   arguments) is a number above `above` takes the action unless the request's intent is in `unless_intents`.
-  A number written as a string counts too ("20,000", "1e999", "nan" above any threshold): the schema may not
-  be strict, and a string must not slip past.
+  The schema may not be strict and the tool downstream may be lenient, so the rule fails closed: the path
+  matches keys in any casing ("Amount", "AMOUNT") and goes through lists; a number written as a string counts
+  in its common forms ("$50,000", "50 000 USD", "50k", "1e999"; `auditor.gate.amounts`), and a value that
+  cannot be read as a number at all (null, true, "fifty thousand", an object) counts as above the threshold.
 
 Actions: `block` (the call is withheld from the client) or `annotate` (delivered, with the policy's message).
 Each decision is a `GateDecision` of stage "tool", kept in the record like every other gate decision.
@@ -15,7 +17,7 @@ Each decision is a `GateDecision` of stage "tool", kept in the record like every
 
 from __future__ import annotations
 
-import math
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -25,6 +27,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from auditor.gate.amounts import amount_of
 from auditor.gate.gate import GateDecision
 
 BUILT_IN_POLICIES = Path(__file__).with_name("tool_policies.yaml")
@@ -101,30 +104,44 @@ def _violation(policy: ToolPolicy, name: str, arguments: dict[str, Any], *, inte
         return None
     if not policy.applies_to_function(name) or intent in policy.unless_intents:
         return None
-    value = _number(_lookup(arguments, policy.argument or ""))
-    if value is not None and policy.above is not None and value > policy.above:
-        return policy.message or f"{policy.argument} = {value:g} is above {policy.above:g}"
-    return None
-
-
-def _lookup(arguments: Any, path: str) -> Any:
-    value = arguments
-    for part in path.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return None
-        value = value[part]
-    return value
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
+    if policy.above is None:
         return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            number = float(value.replace(",", "").replace("_", "").strip())
-        except ValueError:
-            return None
-        return math.inf if math.isnan(number) else number   # "nan" must not compare its way past a threshold
+    for value in values_at(arguments, policy.argument or ""):
+        amount = amount_of(value)
+        if amount is None:
+            return policy.message or (f"{policy.argument} = {_shown(value)} cannot be read as a number, so it "
+                                      f"counts as above {policy.above:g}")
+        if amount > policy.above:
+            return policy.message or f"{policy.argument} = {amount:g} is above {policy.above:g}"
     return None
+
+
+def values_at(arguments: Any, path: str) -> list[Any]:
+    """Every value at a dotted path: keys match in any casing or width ("Amount", "ＡＭＯＵＮＴ"), and a list
+    on the way (or at the end) contributes each of its items."""
+    found = [arguments]
+    for part in path.split("."):
+        wanted, step = _key(part), []
+        for value in _items(found):
+            if isinstance(value, dict):
+                step += [item for key, item in value.items() if isinstance(key, str) and _key(key) == wanted]
+        found = step
+    return list(_items(found))
+
+
+def _items(values: list[Any]) -> Iterable[Any]:
+    for value in values:
+        if isinstance(value, list):
+            yield from _items(value)
+        else:
+            yield value
+
+
+def _key(name: str) -> str:
+    folded = unicodedata.normalize("NFKC", name).casefold()
+    return "".join(c for c in folded if unicodedata.category(c) != "Cf").strip()
+
+
+def _shown(value: Any) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."

@@ -12,13 +12,9 @@ import json
 from fastapi import Request
 
 from auditor.api.errors import ApiError
+from auditor.trail.storable import refuse_non_finite
 
 _TOKENS = (b"NaN", b"Infinity")
-
-
-def refuse_non_finite(constant: str) -> float:
-    """`parse_constant` for json.loads: the three constants Python accepts and JSON does not."""
-    raise ValueError(f"{constant} is not a JSON number; send a finite number")
 
 
 async def refuse_non_finite_numbers(request: Request) -> None:

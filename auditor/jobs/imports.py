@@ -38,6 +38,7 @@ from auditor.store.database import Database
 from auditor.tenants.service import detection_mode
 from auditor.trail.domain_source import resolution_details
 from auditor.trail.queries import plausible_id
+from auditor.trail.storable import refuse_non_finite
 from auditor.trail.records import NewRecord, append_batch
 from auditor.trail.storable import unstorable_at
 
@@ -115,9 +116,14 @@ def parse_lines(lines: Iterable[str], *, domains: Iterable[str],
             error = f"line longer than {MAX_LINE_BYTES} bytes"
         else:
             try:
-                data = json.loads(raw)
+                # NaN and Infinity are not JSON, and PostgreSQL refuses them in a JSON column
+                data = json.loads(raw, parse_constant=refuse_non_finite)
             except json.JSONDecodeError as exc:
                 error = f"not valid JSON ({exc.msg} at column {exc.colno})"
+            except ValueError as exc:
+                error = f"not valid JSON ({exc})"
+            except RecursionError:
+                error = "not valid JSON (nested too deeply)"
             else:
                 error, parsed = _validate(data, known, domain_required)
                 if parsed is not None:

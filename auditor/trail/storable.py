@@ -49,6 +49,11 @@ def _printable(path: str) -> str:
     return path.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
 
 
+def refuse_non_finite(constant: str) -> float:
+    """`parse_constant` for json.loads: NaN and Infinity, which Python reads and JSON and PostgreSQL do not."""
+    raise ValueError(f"{constant} is not a JSON number; send a finite number")
+
+
 def clean_json(value: Any) -> Any:
     """A pydantic validator: the value unchanged, or ValueError naming where the unstorable text is."""
     found = unstorable_at(value)

@@ -177,3 +177,14 @@ def test_finding_14_nul_anywhere_in_a_chat_body_is_a_400(app_on, store_url: str,
                            headers={"Content-Type": "application/json"})
     assert response.status_code == 400, (case, response.status_code, response.text[:300])
     assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("line", ['{"output": "x", "model": "m", "timestamp": "2026-10-01T12:00:00Z", "metadata": {"s": NaN}}',
+                                  '{"output": "x", "model": "m", "timestamp": "2026-10-01T12:00:00Z", "metadata": '
+                                  + "[" * 3000 + "]" * 3000 + "}"], ids=["nan", "deep"])
+def test_found_by_the_fuzz_pass_nan_and_deep_nesting_are_line_errors(line: str) -> None:
+    # both crashed the import (NaN then failed to store on PostgreSQL; deep nesting raised RecursionError)
+    from auditor.jobs.imports import parse_lines
+
+    valid, errors, seen = parse_lines([line], domains=["medical"])
+    assert valid == [] and seen == 1 and len(errors) == 1 and "not valid JSON" in errors[0].message

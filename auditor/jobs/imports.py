@@ -38,9 +38,8 @@ from auditor.store.database import Database
 from auditor.tenants.service import detection_mode
 from auditor.trail.domain_source import resolution_details
 from auditor.trail.queries import plausible_id
-from auditor.trail.storable import refuse_non_finite
 from auditor.trail.records import NewRecord, append_batch
-from auditor.trail.storable import unstorable_at
+from auditor.trail.storable import refuse_non_finite, unstorable_at
 
 logger = logging.getLogger("auditor.jobs.imports")
 

@@ -69,6 +69,14 @@ class LiveKnowledgeGraphs:
                 trust = KgTrust.read(conn, self.key or self.database.chain_key.hmac_key) if pending else None
                 for domain in pending:
                     try:
+                        if latest.get(domain) is None and self.applied[domain] is None:
+                            # packaged only, and already what this process serves: check that no chained version
+                            # was deleted, without building (and holding) a KG nobody asked for
+                            assert trust is not None
+                            trust.require(trust.missing_newest(conn, domain, None))
+                            self.verified.add(domain)
+                            self.refused.pop(domain, None)
+                            continue
                         built.append((domain, *self._build(conn, domain, latest.get(domain), trust)))
                     except KgIntegrityError as exc:
                         refused[domain] = str(exc)

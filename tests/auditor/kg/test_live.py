@@ -230,3 +230,21 @@ def test_a_request_linked_under_a_newer_version_loses_only_the_ids_the_processor
     same = {**newer, "kg_version": kg.version}
     with pytest.raises(KGConstraintError, match="drug:formulary:new"):
         processor._parse(SamplingParams(extra_args={"kg_constraint": same}))
+
+
+def test_a_store_with_no_kg_versions_builds_no_kg_to_check(sqlite_url: str) -> None:
+    """The engine core follows the store too: with only packaged KGs there is nothing to build, and building one
+    anyway held ~200 MB per process for nothing. A deleted chained version is still caught (test_kg_tamper)."""
+    from auditor.kg.live import LiveKnowledgeGraphs
+
+    database = Database(sqlite_url, chain_key=TEST_CHAIN_KEY)
+    database.upgrade(hmac_key=TEST_CHAIN_KEY.hmac_key)
+    built: list[str] = []
+
+    def packaged(domain: str):
+        built.append(domain)
+        return packaged_kg(domain)
+
+    live = LiveKnowledgeGraphs(database, ["legal", "medical"], refresh_s=0, packaged=packaged)
+    assert live.refresh() == [] and built == [] and live.verified == {"legal", "medical"}
+    database.dispose()

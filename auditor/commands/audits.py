@@ -93,7 +93,7 @@ def _list_row(row: AuditRecordOut) -> tuple[Any, ...]:
     return (row.seq, row.id, row.occurred_at, row.tenant, row.domain, row.model_id,
             current.source if current else None, row.gate_action if current and current.had_gate else "(no gate)",
             f"{current.n_supported}/{current.n_contradicted}/{current.n_unverifiable}"
-            + (f", {current.n_fabrication} fabricated?" if current.n_fabrication else "") if current else None,
+            + (f", {current.n_fabrication} possibly fabricated" if current.n_fabrication else "") if current else None,
             current.fer if current else None, current.verdict_action if current else None,
             (pack.version or pack.hash[:12]) + ("" if pack.active else " (old)") if pack and pack.hash else None)
 

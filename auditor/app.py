@@ -49,6 +49,7 @@ from auditor.api.errors import (
 )
 from auditor.api.json_numbers import refuse_non_finite_numbers
 from auditor.api.limits import BodySizeLimit
+from auditor.api.request_log import RequestLog
 from auditor.auth.keys import keys_ever_created
 from auditor.auth.principal import AuthGuard
 from auditor.console.mount import install_console
@@ -58,6 +59,7 @@ from auditor.gate.pii import min_phone_digits
 from auditor.jobs import scoring
 from auditor.jobs.domains import install_detector
 from auditor.jobs.inprocess import EmbeddedWorker
+from auditor.jobs.metrics import ScoringGauges
 from auditor.jobs.settings import WorkerSettings
 from auditor.jobs.task_queue import TaskQueue, celery_queue
 from auditor.kg.live import LiveKnowledgeGraphs
@@ -118,10 +120,10 @@ def _load_runtime(settings: Settings, packs: StorePacks, engine_core: Any = None
 
 
 def _start_task_queue(settings: Settings, database: Database, stack: AsyncExitStack, packs: StorePacks,
-                      traffic: LiveTraffic) -> TaskQueue:
+                      traffic: LiveTraffic) -> tuple[TaskQueue, EmbeddedWorker | None]:
     """Embedded default: no broker, so scoring and re-audits run on an in-process pool fed by the outbox."""
     if settings.redis_url is not None:
-        return celery_queue(settings.redis_url)
+        return celery_queue(settings.redis_url), None
     worker_settings = WorkerSettings()
     spec = worker_settings.evaluator
     embedded = EmbeddedWorker(database, lambda: scoring.load_evaluator(spec, packs=packs),
@@ -130,9 +132,10 @@ def _start_task_queue(settings: Settings, database: Database, stack: AsyncExitSt
                               stream_recovery_after_s=worker_settings.stream_recovery_after_s,
                               alerts=AlertSchedule.from_settings(settings), packs=packs,
                               busy=traffic.busy, max_lag_s=worker_settings.embedded_max_lag_s,
-                              busy_share=worker_settings.embedded_busy_share).start()
+                              busy_share=worker_settings.embedded_busy_share,
+                              heartbeat_interval_s=worker_settings.heartbeat_interval_s).start()
     stack.callback(embedded.stop)
-    return embedded.queue
+    return embedded.queue, embedded
 
 
 async def _trim_memory_periodically(interval_s: float) -> None:
@@ -143,13 +146,15 @@ async def _trim_memory_periodically(interval_s: float) -> None:
         await anyio.to_thread.run_sync(malloc_trim)
 
 
-async def _open_model_registry(settings: Settings, engine: Any, stack: AsyncExitStack) -> ModelRegistry:
+async def _open_model_registry(settings: Settings, engine: Any, stack: AsyncExitStack,
+                               metrics: ServiceMetrics) -> ModelRegistry:
     """Routes for the local engine and the configured upstreams, whose pooled clients close with the app."""
     entries = read_entries(settings.models_file, settings.models)
     models = build_registry(engine=engine, entries=entries, domains=settings.domains)
     for upstream in models.upstreams():
         await upstream.start()
         stack.push_async_callback(upstream.aclose)
+        upstream.health.listeners.append(functools.partial(metrics.observe_upstream, upstream.model_id))
     return models
 
 
@@ -230,7 +235,10 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
             verdict_gauges = CurrentVerdictCollector(database)
             metrics.registry.register(verdict_gauges)
             stack.callback(metrics.registry.unregister, verdict_gauges)
-            models = await _open_model_registry(settings, loaded_engine, stack)
+            scoring_gauges = ScoringGauges(database)
+            metrics.registry.register(scoring_gauges)
+            stack.callback(metrics.registry.unregister, scoring_gauges)
+            models = await _open_model_registry(settings, loaded_engine, stack, metrics)
             live_kgs = await anyio.to_thread.run_sync(_follow_kg_versions, settings, database, loaded_engine,
                                                       loaded_verifier, loaded_knowledge)
             stack.callback(live_kgs.stop)
@@ -238,7 +246,7 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                                          verifier=loaded_verifier or NoClaimVerifier(),
                                          knowledge=loaded_knowledge or NoKnowledge(), detector=loaded_detector)
             stack.callback(inference.committer.stop)
-            task_queue = _start_task_queue(settings, database, stack, packs, inference.traffic)
+            task_queue, scoring_worker = _start_task_queue(settings, database, stack, packs, inference.traffic)
             if settings.chain_witness:
                 publisher = WitnessPublisher(database, open_witness(settings.chain_witness),
                                              interval_s=settings.witness_interval_s).start()
@@ -249,7 +257,7 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                 stack.callback(server.shutdown)
             auth = AuthGuard(environment=settings.environment, bind_host=settings.host)
             services = Services(settings, database, loaded_engine, inference, metrics, task_queue, auth, packs,
-                                models=models, kg=live_kgs)
+                                models=models, kg=live_kgs, scoring_worker=scoring_worker)
             services.embeddings = EmbeddingService(database=database, settings=settings, metrics=metrics)
             app.state.services = services
             await anyio.to_thread.run_sync(_warn_about_authentication, database, auth, settings.host)
@@ -279,6 +287,7 @@ def create_app(settings: Settings | None = None, *, engine: Any = None, verifier
                   dependencies=[Depends(refuse_non_finite_numbers)],
                   description="OpenAI-compatible inference with audit IDs, a safety gate and a tamper-evident audit log")
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestLog)   # outermost: its context covers the whole request, refusals of size included
     install_error_handlers(app)
 
     @app.exception_handler(AuditUnavailable)

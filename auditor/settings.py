@@ -55,6 +55,10 @@ class Settings(BaseSettings):
     signing_key_file: Path | None = None
     host: str = "127.0.0.1"
     port: int = 8000
+    # Log lines (auditor.logs): JSON lines with audit_id, request_id, tenant and trace_id for a log pipeline;
+    # "auto" writes readable text on a terminal and JSON elsewhere.
+    log_format: Literal["auto", "json", "text"] = "auto"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     checkpoint_interval: int = Field(default=100, ge=1)   # a signed checkpoint every N records
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
     domains: list[str] = Field(default_factory=lambda: ["medical", "finance", "legal"])
@@ -126,6 +130,13 @@ class Settings(BaseSettings):
     # A stuck store fails a request within this bound (503) instead of hanging: PostgreSQL lock and statement
     # timeouts on the request path, SQLite's busy timeout for writers.
     store_timeout_s: float = Field(default=5.0, gt=0, le=600)
+    # /ready (auditor.serving.readiness) says "degraded", still 200, when scoring lags: no worker heartbeat within
+    # ready_max_heartbeat_age_s (Celery mode), a pending outbox row older than ready_max_outbox_age_s, or an
+    # upstream whose last ready_upstream_failures requests all failed. Redis is pinged at most every ready_cache_s.
+    ready_max_outbox_age_s: float = Field(default=300.0, gt=0)
+    ready_max_heartbeat_age_s: float = Field(default=60.0, gt=0)
+    ready_upstream_failures: int = Field(default=3, ge=1)
+    ready_cache_s: float = Field(default=5.0, ge=0, le=3600)
     # /metrics: "open" (no key), "key" (any valid API key; admin or auditor), or "off" here because a separate
     # listener serves it (`metrics_port`, bound to `metrics_host`).
     metrics_access: Literal["open", "key", "off"] = "key"
@@ -150,9 +161,13 @@ class Settings(BaseSettings):
     rule_pack_watch: bool = True
     # Review queue: records with a claim judged less confident than this need a person.
     review_min_confidence: float = Field(default=0.5, ge=0, le=1)
-    # Alerts: how often rules are checked, and the webhook retry schedule (seconds between attempts).
+    # Alerts: how often rules are checked, and the webhook retry schedule (seconds before each retry; after the
+    # last retry fails the alert is "dead").
     alert_check_interval_s: float = Field(default=30.0, gt=0, le=86_400)
-    alert_retry_delays_s: list[float] = Field(default_factory=lambda: [1.0, 5.0, 30.0])
+    alert_retry_delays_s: list[float] = Field(default_factory=lambda: [10.0, 30.0, 120.0, 600.0, 1800.0])
+    # Where people reach this service (e.g. https://auditor.example.org): alert webhooks link each record to
+    # <public_url>/console/records/<id>. None: alerts carry record ids without links.
+    public_url: str | None = None
     # Gate policies on tool calls (YAML, see auditor/gate/tool_policies.yaml); None: the built-in ones.
     tool_policy_file: Path | None = None
     # Requests (and imported outputs) that name no domain: "detect" it from prompt and output, "require" one

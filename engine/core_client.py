@@ -37,7 +37,7 @@ import zmq.asyncio
 from engine.affinity import CpuSplit, pin_this_process
 from engine.allocator import preloaded
 from engine.core_proc import run_engine_core
-from engine.errors import EngineDeadError
+from engine.errors import EngineDeadError, refusal_from_wire
 from engine.output_processor import OutputProcessor
 from engine.outputs import RequestOutput, merge_deltas
 from engine.priority import LaunchThread, lower_process_priority
@@ -413,8 +413,7 @@ class EngineCoreClient:
             elif kind in ("err", "fail"):   # refused (bad input), or a bug while preparing it
                 queue = self._queues.get(message[1])
                 if queue is not None:
-                    error = InvalidRequestError if kind == "err" else RuntimeError
-                    queue.put_nowait(error(message[2]))
+                    queue.put_nowait(refusal_from_wire(message[2:]) if kind == "err" else RuntimeError(message[2]))
             elif kind == "stats":
                 self._stats = message[1]
             elif kind == "info":

@@ -33,6 +33,7 @@ import zmq
 
 from engine.affinity import pin_this_process
 from engine.allocator import active_allocator
+from engine.errors import refusal_to_wire
 from engine.memory import malloc_trim
 from engine.sampling_params import InvalidRequestError
 from engine.serial import output_to_wire, pack, params_from_wire, unpack
@@ -172,7 +173,7 @@ class EngineCoreProc:
                     self.engine.enqueue(seq, output_kind=None)
                 except InvalidRequestError as exc:
                     self.owners.pop(seq.request_id, None)
-                    self.outputs.put(("send", identity, ["err", seq.request_id, str(exc)]))
+                    self.outputs.put(("send", identity, ["err", seq.request_id, *refusal_to_wire(exc)]))
             elif kind == "abort":
                 for request_id in item[1]:
                     self.owners.pop(request_id, None)
@@ -236,7 +237,9 @@ class EngineCoreProc:
         try:
             seq = self.engine.prepare_request(request_id, prompt_token_ids, params_from_wire(params),
                                               intent=intent, cache_salt=cache_salt)
-        except (InvalidRequestError, TypeError) as exc:   # TypeError: unknown sampling parameter names
+        except InvalidRequestError as exc:
+            self.outputs.put(("send", identity, ["err", request_id, *refusal_to_wire(exc)]))
+        except TypeError as exc:   # unknown sampling parameter names
             self.outputs.put(("send", identity, ["err", request_id, str(exc)]))
         except Exception as exc:  # noqa: BLE001 - a bug in preparing one request fails that request, not the core
             logger.exception("preparing request %s failed", request_id)

@@ -17,6 +17,7 @@ import torch
 
 from engine.checkpoint import load_tokenizer
 from engine.config import EngineConfig, ModelConfig, ModelLoadError
+from engine.errors import ContextLengthExceeded
 from engine.kv_cache import create_kv_cache
 from engine.kv_spec import KVCacheSpec
 from engine.loader import checkpoint_hash, iter_weights, load_model_config, weight_files
@@ -150,10 +151,7 @@ class LLMEngine:
         if any(not 0 <= t < vocab for t in token_ids):
             raise InvalidRequestError(f"prompt holds token ids outside the vocabulary [0, {vocab})")
         if len(token_ids) >= self.max_model_len:
-            raise InvalidRequestError(
-                f"prompt has {len(token_ids)} tokens; this model's context holds {self.max_model_len} "
-                "(prompt plus at least one generated token)"
-            )
+            raise ContextLengthExceeded(len(token_ids), self.max_model_len)
         longest = min(len(token_ids) + params.max_tokens, self.max_model_len)
         if not self.block_manager.fits(longest):
             raise InvalidRequestError(

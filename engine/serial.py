@@ -2,7 +2,7 @@
 
 Client -> core:  ["hello", output_address] | ["add", request_id, prompt_token_ids, params, intent, cache_salt]
                  | ["abort", [request_id, ...], reason] | ["shutdown"]
-Core -> client:  ["out", [output, ...]] | ["err", request_id, message] (refused: 400)
+Core -> client:  ["out", [output, ...]] | ["err", request_id, message, {reason}?] (refused: 400)
                  | ["fail", request_id, message] (a bug preparing it: 500) | ["stats", {name: number}]
                  | ["info", {model_id, checkpoint_hash, max_model_len, pid}] | ["dead", message]
 An output is one request's step delta (`EngineCoreOutput`), never a copy of what came before."""

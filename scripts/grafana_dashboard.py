@@ -79,6 +79,30 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]], str]]]] = [
          "against their budget (AUDITOR_KG_CONSTRAINT_VIEW_MB and three memos of AUDITOR_KG_CONSTRAINT_MEMO_MB): "
          "they fill toward it as traffic reaches new decoding states, a climb in RSS that stops there."),
     ]),
+    ("Upstreams", [
+        ("Upstream requests by outcome", "reqps",
+         [(rate("auditor_upstream_requests_total", "upstream, status"), "{{upstream}} {{status}}")],
+         "ok, cancelled (closed early by the gate or the client), or the upstream error code "
+         "(upstream_timeout, upstream_unreachable, upstream_error, ...)."),
+        ("Upstream latency p50 / p99", "s",
+         [(quantile(0.5, "auditor_upstream_request_seconds", "upstream"), "{{upstream}} p50"),
+          (quantile(0.99, "auditor_upstream_request_seconds", "upstream"), "{{upstream}} p99")],
+         "Each request to an upstream model, to its last byte or its failure."),
+    ]),
+    ("Scoring", [
+        ("Outbox backlog", "short", [(gauge("auditor_outbox_depth"), "{{state}} ({{instance}})")],
+         "Records whose scoring waits: not yet published to a worker, and published but not yet scored. "
+         "Read from the store: every instance shows the same value."),
+        ("Scoring lag", "s",
+         [(gauge("auditor_outbox_oldest_age_seconds"), "oldest outbox row ({{instance}})"),
+          (gauge("auditor_worker_heartbeat_age_seconds"), "newest {{kind}} worker heartbeat ({{instance}})")],
+         "/ready turns degraded past AUDITOR_READY_MAX_OUTBOX_AGE_S (outbox) or, with Celery, "
+         "AUDITOR_READY_MAX_HEARTBEAT_AGE_S (heartbeat); workers beat every AUDITOR_WORKER_HEARTBEAT_INTERVAL_S."),
+        ("Re-audit progress", "short",
+         [(gauge("auditor_reaudit_jobs_running"), "running jobs ({{instance}})"),
+          (gauge("auditor_reaudit_chunks"), "chunks {{state}} ({{instance}})")],
+         "Chunks of the running re-audit jobs: done against total enqueued."),
+    ]),
     ("Cost", [
         ("Cost per intent", "currencyUSD", [(rate("auditor_cost_total", "intent"), "{{intent}}")],
          "Per second, under the price table (AUDITOR_PRICE_TABLE)."),

@@ -4,23 +4,25 @@
 rules whose check is due with a conditional UPDATE (so two workers never check the same rule at once),
 computes each rule's metric over its window of current verdicts, and fires when the condition holds and
 the rule is not already firing (or has been firing longer than its cooldown). Firing writes the alert row
-and a chained "alert" event in one commit. Delivery is separate and retried: each pending alert is POSTed
-to the rule's webhook as JSON; a failure schedules the next attempt after the next delay of
-`alert_retry_delays_s`, and after the last one the alert stays recorded as `failed` with the error.
+(with the ids of the records that made it fire) and a chained "alert" event in one commit. Delivery is
+separate and retried, an outbox of its own: each due alert is POSTed, signed, to the rule's webhook
+(`auditor.alerts.delivery`); a failure marks it `retrying` and schedules the next attempt after the next delay
+of `alert_retry_delays_s`; after the last one, or at once on 410 Gone, it is `dead`, with the error kept.
 """
 
 from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
-import httpx
 from sqlalchemy import Connection, select, update
 
+from auditor.alerts import payload as payloads
+from auditor.alerts.delivery import Outcome, Poster, post_http, send
 from auditor.alerts.models import Alert, AlertRule
 from auditor.alerts.rules import AlertSpec
-from auditor.alerts.webhooks import scrub_url
+from auditor.alerts.signing import unseal
 from auditor.store.base import new_id, utcnow
 from auditor.store.database import Database
 from auditor.trail.events import append_event
@@ -31,44 +33,38 @@ from auditor.trail.verdicts import aware
 logger = logging.getLogger("auditor.alerts")
 
 
-class Poster(Protocol):
-    def __call__(self, url: str, payload: dict[str, Any]) -> None: ...
-
-
-def post_json(url: str, payload: dict[str, Any]) -> None:
-    """POST the alert; anything but a 2xx answer is a failed attempt."""
-    response = httpx.post(url, json=payload, timeout=5.0)
-    response.raise_for_status()
-
-
 class _System:
     tenant, key_id, role, tenant_scope = "(alerts)", None, "system", None
 
 
 class AlertSchedule:
-    """What a dispatcher pass needs to run the alert rules: the check period and the retry delays."""
+    """What a dispatcher pass needs to run the alert rules: the check period, the retry delays, the links' base."""
 
-    def __init__(self, *, check_interval_s: float, retry_delays_s: list[float], post: Poster = post_json) -> None:
+    def __init__(self, *, check_interval_s: float, retry_delays_s: list[float], post: Poster = post_http,
+                 public_url: str | None = None) -> None:
         self.check_interval_s, self.retry_delays_s, self.post = check_interval_s, list(retry_delays_s), post
+        self.public_url = public_url
 
     @classmethod
     def from_settings(cls, settings: Any) -> AlertSchedule:
-        return cls(check_interval_s=settings.alert_check_interval_s, retry_delays_s=settings.alert_retry_delays_s)
+        return cls(check_interval_s=settings.alert_check_interval_s, retry_delays_s=settings.alert_retry_delays_s,
+                   public_url=settings.public_url)
 
     def run(self, database: Database) -> dict[str, int]:
         return run_due(database, check_interval_s=self.check_interval_s, retry_delays_s=self.retry_delays_s,
-                       post=self.post)
+                       post=self.post, public_url=self.public_url)
 
 
-def run_due(database: Database, *, check_interval_s: float, retry_delays_s: list[float], post: Poster = post_json,
-            now: datetime | None = None) -> dict[str, int]:
+def run_due(database: Database, *, check_interval_s: float, retry_delays_s: list[float], post: Poster = post_http,
+            now: datetime | None = None, public_url: str | None = None) -> dict[str, int]:
     """Check the due rules, then deliver what is pending. Returns counts (checked, fired, delivered, failed)."""
     now = now or utcnow()
     checked = fired = 0
     for rule_id in _claim_due(database, now, check_interval_s):
         checked += 1
         fired += _check(database, rule_id, now)
-    delivered, failed = deliver_pending(database, retry_delays_s=retry_delays_s, post=post, now=now)
+    delivered, failed = deliver_pending(database, retry_delays_s=retry_delays_s, post=post, now=now,
+                                        public_url=public_url)
     return {"checked": checked, "fired": fired, "delivered": delivered, "failed": failed}
 
 
@@ -108,11 +104,13 @@ def _check(database: Database, rule_id: int, now: datetime) -> int:
 def _fire(conn: Connection, database: Database, rule: Any, spec: AlertSpec, value: float | None,
           totals: dict[str, Any], now: datetime) -> None:
     alert_id = new_id()
+    since = now - timedelta(seconds=spec.window_s)
+    record_ids, record_count = payloads.firing_records(conn, spec, since=since, until=now)
     details = {"rule": {"id": rule.id, "name": rule.name, "expression": rule.expression},
                "metric": spec.metric, "value": value, "threshold": spec.threshold, "op": spec.op,
                "window": {"seconds": spec.window_s, "since": (now - timedelta(seconds=spec.window_s)).isoformat(),
                           "until": now.isoformat()},
-               "filters": spec.filters, "totals": totals}
+               "filters": spec.filters, "totals": totals, "record_ids": record_ids, "record_count": record_count}
     event = append_event(conn, _System(), key=database.chain_key, kind="alert", subject=f"rule:{rule.id}",
                          payload={"alert_id": alert_id, **details})
     conn.execute(Alert.__table__.insert().values(
@@ -121,38 +119,44 @@ def _fire(conn: Connection, database: Database, rule: Any, spec: AlertSpec, valu
     logger.warning("alert %s fired: %s (value %s)", rule.name, rule.expression, value)
 
 
-def deliver_pending(database: Database, *, retry_delays_s: list[float], post: Poster = post_json,
-                    now: datetime | None = None) -> tuple[int, int]:
-    """POST each due pending alert once; returns (delivered, given up). Network calls run outside any
-    transaction: an alert is claimed (its next attempt pushed back) first, then posted, then settled."""
+def deliver_pending(database: Database, *, retry_delays_s: list[float], post: Poster = post_http,
+                    now: datetime | None = None, public_url: str | None = None) -> tuple[int, int]:
+    """POST each due alert once; returns (delivered, given up). Network calls run outside any transaction: an
+    alert is claimed (its next attempt pushed back) first, then posted, then settled."""
     now = now or utcnow()
     with database.session(write=True) as session:
-        due = session.execute(select(Alert.id, Alert.attempts, Alert.details, Alert.fired_at, AlertRule.webhook_url)
+        due = session.execute(select(Alert.id, Alert.attempts, Alert.details, Alert.fired_at, AlertRule.webhook_url,
+                                     AlertRule.signing_secret, AlertRule.severity)
                               .join(AlertRule, AlertRule.id == Alert.rule_id)
-                              .where(Alert.delivery == "pending", Alert.next_attempt_at <= now).limit(50)).all()
+                              .where(Alert.delivery.in_(("pending", "retrying")), Alert.next_attempt_at <= now)
+                              .limit(50)).all()
         for alert in due:   # claim: a concurrent pass skips it for a minute
             session.execute(update(Alert).where(Alert.id == alert.id).values(next_attempt_at=now + timedelta(seconds=60)))
     delivered = failed = 0
     for alert in due:
         attempt = alert.attempts + 1
-        payload = {"alert_id": alert.id, "fired_at": aware(alert.fired_at).isoformat(), "attempt": attempt,
-                   **(alert.details or {})}
+        body = payloads.build(alert_id=alert.id, fired_at=aware(alert.fired_at).isoformat(), attempt=attempt,
+                              details=alert.details or {}, severity=alert.severity, public_url=public_url)
         try:
-            post(alert.webhook_url, payload)
-            error = None
-        except Exception as exc:   # connection refused, timeout, non-2xx: all retried the same way
-            # httpx names the URL it failed on; its token must not reach the stored error
-            error = scrub_url(f"{type(exc).__name__}: {exc}", alert.webhook_url)[:1000]
-        values: dict[str, Any] = {"attempts": attempt, "last_error": error}
-        if error is None:
+            outcome = send(alert.webhook_url, body, rule_secret(database, alert.signing_secret), post)
+        except ValueError as exc:   # the secret cannot be unsealed: never send unsigned what should be signed
+            outcome = Outcome(None, str(exc))
+        values: dict[str, Any] = {"attempts": attempt, "last_error": outcome.error}
+        if outcome.delivered:
             values.update(delivery="delivered", delivered_at=utcnow(), next_attempt_at=None)
             delivered += 1
-        elif attempt > len(retry_delays_s):
-            values.update(delivery="failed", next_attempt_at=None)
+        elif outcome.stop or attempt > len(retry_delays_s):
+            values.update(delivery="dead", next_attempt_at=None)
             failed += 1
-            logger.error("alert %s: webhook failed %d times, giving up: %s", alert.id, attempt, error)
+            logger.error("alert %s: webhook failed %d times, giving up: %s", alert.id, attempt, outcome.error)
         else:
-            values["next_attempt_at"] = utcnow() + timedelta(seconds=retry_delays_s[attempt - 1])
+            values.update(delivery="retrying",
+                          next_attempt_at=now + timedelta(seconds=retry_delays_s[attempt - 1]))
         with database.session(write=True) as session:
             session.execute(update(Alert).where(Alert.id == alert.id).values(**values))
     return delivered, failed
+
+
+def rule_secret(database: Database, sealed: str | None) -> str | None:
+    """The rule's signing secret (None: a rule from before signing, delivered unsigned)."""
+    return None if sealed is None else unseal(sealed, database.chain_key.hmac_key)

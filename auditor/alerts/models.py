@@ -23,6 +23,9 @@ class AlertRule(Base):
     window_s: Mapped[int] = mapped_column(Integer)
     filters: Mapped[dict[str, Any] | None]
     webhook_url: Mapped[str] = mapped_column(String(2048))
+    # sealed (auditor.alerts.signing); None: a rule from before signing, whose deliveries go unsigned
+    signing_secret: Mapped[str | None] = mapped_column(Text)
+    severity: Mapped[str | None] = mapped_column(String(16))    # info | warning | critical, sent with each alert
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
     cooldown_s: Mapped[int] = mapped_column(Integer)            # a firing rule fires again only after this
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -43,7 +46,8 @@ class Alert(Base):
     value: Mapped[float | None] = mapped_column(Float)
     details: Mapped[dict[str, Any] | None]
     event_id: Mapped[str | None] = mapped_column(String(36))     # the chained "alert" event
-    delivery: Mapped[str] = mapped_column(String(16), index=True)  # pending | delivered | failed
+    # pending (never tried) | retrying | delivered | dead (gave up: last retry failed, or the receiver said 410)
+    delivery: Mapped[str] = mapped_column(String(16), index=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[datetime | None]
     last_error: Mapped[str | None] = mapped_column(Text)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -92,6 +92,8 @@ class AlertRuleIn(BaseModel):
     expression: CleanText = Field(min_length=1, max_length=500, description="e.g. fer > 0.2 over 1h for domain=medical")
     webhook_url: CleanText = Field(min_length=8, max_length=2048)
     cooldown_s: int = Field(default=3600, ge=0, le=30 * 86_400, description="a firing rule fires again after this")
+    severity: Literal["info", "warning", "critical"] | None = Field(
+        default=None, description="sent with each alert; default: critical for critical-verdict rules, else warning")
 
     @field_validator("webhook_url")
     @classmethod

@@ -26,8 +26,8 @@ class AlertList(BaseModel):
     data: list[service.AlertOut]
 
 
-@router.post("/rules", status_code=201, response_model=service.AlertRuleOut)
-def create_rule(body: AlertRuleIn, database: DatabaseDep, admin: AdminDep) -> service.AlertRuleOut:
+@router.post("/rules", status_code=201, response_model=service.AlertRuleCreated)
+def create_rule(body: AlertRuleIn, database: DatabaseDep, admin: AdminDep) -> service.AlertRuleCreated:
     return service.create_rule(database, admin, body)
 
 

@@ -16,6 +16,7 @@ from auditor.api.errors import ApiError
 from auditor.auth.principal import AuthenticationError, AuthGuard, Principal, RoleNotAllowed, require_role
 from auditor.jobs.task_queue import TaskQueue
 from auditor.kg.live import LiveKnowledgeGraphs
+from auditor.logs import bind
 from auditor.packs.source import StorePacks
 from auditor.serving.embeddings import EmbeddingService
 from auditor.serving.inference import InferenceService
@@ -41,6 +42,7 @@ class Services:
     models: ModelRegistry | None = None     # served model ids -> the local engine or an upstream
     kg: LiveKnowledgeGraphs | None = None   # the KG versions this process serves, following the store
     warming: threading.Thread | None = None  # loads what ready did not wait for; warm once it has ended
+    scoring_worker: Any = None               # the embedded worker (its `alive` read by /ready); None with Celery
 
     @property
     def warm(self) -> bool:
@@ -70,9 +72,11 @@ def authenticate(request: Request, services: ServicesDep) -> Principal:
     """The caller, or 401. Runs in a worker thread (it queries the database)."""
     with services.database.session() as session:
         try:
-            return services.auth.principal_for(session, _bearer_token(request.headers.get("authorization")))
+            principal = services.auth.principal_for(session, _bearer_token(request.headers.get("authorization")))
         except AuthenticationError as exc:
             raise ApiError(401, str(exc), code=exc.code) from exc
+    bind(tenant=principal.tenant)   # every line of this request names the tenant (auditor.logs)
+    return principal
 
 
 def _bearer_token(header: str | None) -> str | None:

@@ -1,15 +1,15 @@
-"""/health (200 once ready), /ready (ready and the audit store reachable), /metrics (Prometheus)."""
+"""/health (200 once ready), /ready (503 unless the store and engine answer; "degraded" with reasons when scoring,
+Redis or an upstream lags: `auditor.serving.readiness`), /metrics (Prometheus)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
-from sqlalchemy import text
-from sqlalchemy.exc import SQLAlchemyError
 
 from auditor.api.deps import ServicesDep, authenticate
 from auditor.api.errors import ApiError
+from auditor.serving.readiness import assess
 
 router = APIRouter(tags=["operations"])
 
@@ -33,19 +33,12 @@ def health(request: Request) -> JSONResponse:
 
 @router.get("/ready")
 def ready(services: ServicesDep) -> JSONResponse:
-    try:
-        with services.database.engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-        store = "ok"
-    except SQLAlchemyError as exc:
-        store = f"unavailable ({exc.__class__.__name__})"
-    engine = "ok" if getattr(services.engine, "available", True) else "restarting"
-    ok = services.ready and store == "ok" and engine == "ok"
-    model = services.engine.model_id if services.engine is not None else None
-    # warm: everything loaded after ready (deferred imports, validator registries) is in; until then a request
-    # that needs one of them waits for it, and is served the same
-    return JSONResponse({"ready": ok, "warm": services.warm, "audit_store": store, "engine": engine, "model": model},
-                        status_code=200 if ok else 503)
+    """503 when this instance cannot answer (not started, audit store or engine down); 200 otherwise, with
+    `status` "ok", or "degraded" and its `reasons` when scoring lags or Redis or an upstream fails
+    (`auditor.serving.readiness`). `warm`: everything loaded after ready (deferred imports, validator
+    registries) is in; until then a request that needs one of them waits for it, and is served the same."""
+    readiness = assess(services)
+    return JSONResponse(readiness.body, status_code=readiness.status_code)
 
 
 @router.get("/metrics")

@@ -160,8 +160,7 @@ def completion_logprobs(logprobs: list[TokenLogprob] | None) -> dict[str, Any] |
 
 
 def chat_choice(outcome: Outcome, index: int = 0) -> dict[str, Any]:
-    refused = outcome.status == "refused"
-    message: dict[str, Any] = {"role": "assistant", "content": outcome.text, "refusal": outcome.text if refused else None}
+    message: dict[str, Any] = {"role": "assistant", "content": outcome.text, "refusal": outcome.refusal}
     if outcome.tool_calls:
         message["tool_calls"] = outcome.tool_calls
         message["content"] = outcome.text or None
@@ -196,14 +195,19 @@ def completion_body(outcomes: list[Outcome], model: str, created: int, echo: str
 
 
 def closing_chunks(make_chunk: ChunkFactory, outcome: Outcome) -> list[dict[str, Any]]:
-    """A choice's last chunks, sent after its record's commit: its tool calls (whole, one delta), then the
-    finish_reason with the choice's logprobs (the gate releases text by sentence, so they come at the end) and
-    the audit summary."""
+    """A choice's last chunks, sent after its record's commit: its tool calls (whole, one delta), the refusal
+    (chat: what the gate refused or withheld, as OpenAI streams it, in `delta.refusal`), then the finish_reason
+    with the choice's logprobs (the gate releases text by sentence, so they come at the end) and the audit
+    summary. Legacy completions have no refusal field: their finish_reason alone says it."""
     chunks = []
     chat = make_chunk(None, None, False)["object"] == "chat.completion.chunk"
     if outcome.tool_calls:
         chunk = make_chunk(None, None, False)
         chunk["choices"][0]["delta"] = {"tool_calls": [{"index": i, **call} for i, call in enumerate(outcome.tool_calls)]}
+        chunks.append(chunk)
+    if chat and outcome.refusal:
+        chunk = make_chunk(None, None, False)
+        chunk["choices"][0]["delta"] = {"refusal": outcome.refusal}
         chunks.append(chunk)
     final = make_chunk(None, outcome.finish_reason, False)
     if outcome.logprobs is not None:

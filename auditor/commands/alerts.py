@@ -1,8 +1,9 @@
-"""`auditor alerts add|rules|disable|list`: alert rules over the current verdicts, posted to a webhook.
+"""`auditor alerts add|rules|disable|list|test`: alert rules over the current verdicts, posted (signed) to a webhook.
 
     auditor alerts add --name med-fer --webhook https://hooks.example/x "fer > 0.2 over 1h for domain=medical"
     auditor alerts add --name critical --webhook https://hooks.example/x "any critical verdict"
-    auditor alerts list                      # alerts fired, with their delivery state
+    auditor alerts list                      # alerts fired: delivery pending, retrying, delivered or dead
+    auditor alerts test 3                    # POST a signed test payload to rule 3's webhook; prints the status
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add.add_argument("--name", required=True, help="a short name for the rule")
     add.add_argument("--webhook", required=True, help="URL the alert is POSTed to (JSON)")
     add.add_argument("--cooldown", type=int, default=3600, help="seconds before a still-firing rule fires again")
+    add.add_argument("--severity", choices=("info", "warning", "critical"),
+                     help="sent with each alert (default: critical for critical-verdict rules, else warning)")
     add_json_flag(add, "the rule")
     add.set_defaults(func=_add)
     rules = actions.add_parser("rules", help="the alert rules")
@@ -48,11 +51,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     listing.add_argument("--limit", type=int, default=50, help="how many (default 50)")
     add_json_flag(listing, "the alerts")
     listing.set_defaults(func=_list)
+    test = actions.add_parser("test", help="POST a signed test payload (\"test\": true) to a rule's webhook")
+    test.add_argument("rule_id", type=int, help="the rule's number (see `auditor alerts rules`)")
+    test.set_defaults(func=_test)
 
 
 def _add(args: argparse.Namespace) -> int:
     try:
-        rule = AlertRuleIn(name=args.name, expression=args.expression, webhook_url=args.webhook, cooldown_s=args.cooldown)
+        rule = AlertRuleIn(name=args.name, expression=args.expression, webhook_url=args.webhook, cooldown_s=args.cooldown,
+                           severity=args.severity)
     except ValidationError as exc:
         raise CliError(validation_message(exc)) from None
     created = guarded(service.create_rule, open_database(load_settings()), CliOperator(), rule)
@@ -62,6 +69,7 @@ def _add(args: argparse.Namespace) -> int:
         print(f"alert rule {created.id} ({created.name}): {created.metric} {created.op} {created.threshold} over "
               f"{created.window_s}s" + (f" for {created.filters}" if created.filters else "")
               + f" -> {created.webhook_url} (fingerprint {created.webhook_fingerprint})")
+        print(f"signing secret (shown once; receivers verify Auditor-Signature with it): {created.signing_secret}")
     return 0
 
 
@@ -95,4 +103,16 @@ def _list(args: argparse.Namespace) -> int:
     print_table(("id", "rule", "fired", "value", "delivery", "attempts", "last error"),
                 [(a.id, a.rule_id, a.fired_at, a.value, a.delivery, a.attempts, a.last_error) for a in alerts],
                 empty="no alerts fired")
+    return 0
+
+
+def _test(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    try:
+        outcome = guarded(service.send_test, open_database(settings), args.rule_id, public_url=settings.public_url)
+    except service.AlertRuleNotFound as exc:
+        raise CliError(str(exc)) from None
+    if not outcome.delivered:
+        raise CliError(f"alert rule {args.rule_id}: test payload not delivered: {outcome.error}")
+    print(f"alert rule {args.rule_id}: test payload delivered, HTTP {outcome.status}")
     return 0

@@ -9,6 +9,7 @@ import logging
 
 from auditor.cli import CliError
 from auditor.commands.common import load_settings
+from auditor.logs import configure as configure_logging
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,7 +42,7 @@ def _run(args: argparse.Namespace) -> int:
         check_engine_settings(settings)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_format, level=settings.log_level)
     cpus = engine_cpu_split(settings)   # the API processes that share this core run on the others
     if cpus is not None:
         pin_this_process(cpus.core)

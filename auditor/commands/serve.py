@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from auditor.cli import CliError
 from auditor.commands.common import guarded, load_settings, open_database
+from auditor.logs import configure as configure_logging
 from auditor.settings import Settings
 from engine.affinity import format_cpus
 
@@ -91,7 +92,7 @@ def _run(settings: Settings, host: str, port: int, engine_core: EngineCoreClient
 
     has_keys = guarded(keys_exist)
     database.dispose()
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_format, level=settings.log_level)
     if engine_core is not None and engine_core.cpus is not None:
         logger.info("engine core on CPUs %s, this process on CPUs %s (AUDITOR_ENGINE_CPUS=%s)",
                     format_cpus(engine_core.cpus.core), format_cpus(engine_core.cpus.api), settings.engine_cpus)
@@ -109,7 +110,8 @@ def _run(settings: Settings, host: str, port: int, engine_core: EngineCoreClient
         host = "127.0.0.1"
     # The app decides development mode from the address it is really bound to.
     app = create_app(settings.model_copy(update={"host": host, "port": port}), engine_core=engine_core)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    # log_config=None: uvicorn's own lines (access, start-up) go through the same handler and format
+    uvicorn.run(app, host=host, port=port, log_level=settings.log_level.lower(), log_config=None)
     return 0
 
 

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from auditor.alerts.engine import AlertSchedule
-from auditor.jobs import reaudit, reaudit_chunks, scoring
+from auditor.jobs import heartbeat, reaudit, reaudit_chunks, scoring
 from auditor.jobs.outbox import acknowledge_hook, dispatch_once
+from auditor.logs import log_context
 from auditor.packs.source import StorePacks
 from auditor.store.database import Database
 from auditor.trail.segments import recover_interrupted_streams
@@ -78,7 +79,8 @@ class InProcessTaskQueue:
 
     def _score_paced(self, submitted: float, outbox_id: int, record_id: str) -> None:
         waited, cpu = time.monotonic() - submitted, time.thread_time()
-        self._score(outbox_id, record_id)
+        with log_context(audit_id=record_id):   # this thread's lines name the record it scores
+            self._score(outbox_id, record_id)
         if self._pace is not None:
             self._pace(time.thread_time() - cpu, waited)
 
@@ -97,6 +99,10 @@ class InProcessTaskQueue:
                 time.sleep(self._retry_delays_s[attempt])
 
     def _chunk(self, job_id: str, chunk: int) -> None:
+        with log_context(job_id=job_id):
+            self._run_chunk(job_id, chunk)
+
+    def _run_chunk(self, job_id: str, chunk: int) -> None:
         try:
             reaudit_chunks.run_chunk(self.database, self.evaluator, job_id=job_id, chunk=chunk,
                                      retry=reaudit_chunks.RecordRetry(delays_s=self._retry_delays_s), queue=self)
@@ -113,7 +119,8 @@ class EmbeddedWorker:
                  workers: int = 2, interval_s: float = 0.5, redeliver_after_s: float = 300.0,
                  chunk_stall_after_s: float = 300.0, stream_recovery_after_s: float = 300.0,
                  alerts: AlertSchedule | None = None, packs: StorePacks | None = None,
-                 busy: Callable[[], bool] | None = None, max_lag_s: float = 0.0, busy_share: float = 1.0) -> None:
+                 busy: Callable[[], bool] | None = None, max_lag_s: float = 0.0, busy_share: float = 1.0,
+                 heartbeat_interval_s: float = 10.0) -> None:
         """`busy` (the API's live requests), `max_lag_s` and `busy_share`: scoring shares this process's CPU and
         GIL with the requests, so while they are in flight it is held back, and it catches up when they pause.
         It is dispatched at most once per max_lag_s, and the tasks then take at most `busy_share` of a CPU
@@ -136,8 +143,15 @@ class EmbeddedWorker:
         self.redeliver_after_s = redeliver_after_s
         self.chunk_stall_after_s = chunk_stall_after_s
         self.stream_recovery_after_s = stream_recovery_after_s
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.worker_id = heartbeat.worker_id("embedded")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="auditor-embedded-dispatcher", daemon=True)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the dispatcher thread runs: without it nothing moves the outbox to the pool (`/ready`)."""
+        return self._thread.is_alive() and not self._stop.is_set()
 
     def start(self) -> EmbeddedWorker:
         self._thread.start()
@@ -150,6 +164,10 @@ class EmbeddedWorker:
         if self._thread.ident is not None:   # started
             self._thread.join(timeout=60)
         self.queue.shutdown(wait=True)
+        try:
+            heartbeat.forget(self.database, self.worker_id)
+        except Exception:   # the store may be gone at shutdown: the row then goes stale instead
+            logger.warning("could not remove the embedded worker's heartbeat", exc_info=True)
 
     def run_once(self, *, maintenance: bool = True) -> None:
         if self._may_dispatch():
@@ -180,9 +198,20 @@ class EmbeddedWorker:
         self._last_dispatch = now
         return True
 
+    def _beat(self) -> None:
+        try:
+            heartbeat.beat(self.database, self.worker_id, "embedded")
+        except Exception:   # shows as a growing heartbeat age; the next beat retries
+            logger.warning("embedded worker heartbeat failed", exc_info=True)
+
     def _loop(self) -> None:
         last_maintenance = float("-inf")
+        self._beat()
+        last_beat = time.monotonic()
         while not self._stop.wait(self.interval_s):
+            if time.monotonic() - last_beat >= self.heartbeat_interval_s:   # from this loop: it beats while it runs
+                self._beat()
+                last_beat = time.monotonic()
             # The sweeps' thresholds are minutes and alert rules are due every 30 s by default (a failed alert
             # is retried at the next sweep, so at least 5 s apart): looking every pass would only take SQLite's
             # writer lock (and the GIL) from requests every half second.

@@ -108,3 +108,16 @@ class ImportedOutput(Base):
     import_id: Mapped[str] = mapped_column(ForeignKey("imports.id"), primary_key=True)
     line: Mapped[int] = mapped_column(Integer, primary_key=True)
     record_id: Mapped[str] = mapped_column(ForeignKey("audit_records.id"), unique=True)
+
+
+class WorkerHeartbeat(Base):
+    """One row per live scoring worker (a Celery worker's main process, or an API process's embedded worker),
+    rewritten every `AUDITOR_WORKER_HEARTBEAT_INTERVAL_S` and deleted on a clean stop: `/ready` and the
+    `auditor_worker_heartbeat_age_seconds` gauge read the newest (see `auditor.jobs.heartbeat`)."""
+
+    __tablename__ = "worker_heartbeats"
+
+    worker_id: Mapped[str] = mapped_column(String(128), primary_key=True)   # kind:host:pid
+    kind: Mapped[str] = mapped_column(String(16))                            # celery | embedded
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    beat_at: Mapped[datetime] = mapped_column(index=True)

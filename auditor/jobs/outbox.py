@@ -129,3 +129,16 @@ def backlog(session: Session) -> dict[str, int]:
                                    .where(OutboxMessage.dispatched_at.is_(None))).scalar_one()
     inflight = session.execute(select(func.count()).select_from(OutboxInflight)).scalar_one()
     return {"undispatched": undispatched, "in_flight": inflight}
+
+
+def oldest_pending_age_s(session: Session) -> float:
+    """Seconds the oldest unacknowledged row (not yet published, or published and not yet scored) has waited
+    since its record was committed; 0 when nothing waits. `/ready` degrades past AUDITOR_READY_MAX_OUTBOX_AGE_S."""
+    from auditor.jobs.heartbeat import age_s
+
+    undispatched = session.execute(select(OutboxMessage.created_at).where(OutboxMessage.dispatched_at.is_(None))
+                                   .order_by(OutboxMessage.id).limit(1)).scalar_one_or_none()
+    inflight = session.execute(select(func.min(OutboxMessage.created_at))
+                               .join(OutboxInflight, OutboxInflight.outbox_id == OutboxMessage.id)).scalar_one_or_none()
+    waiting = [age_s(moment) for moment in (undispatched, inflight) if moment is not None]
+    return max(waiting, default=0.0)

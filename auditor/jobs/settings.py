@@ -15,6 +15,7 @@ class WorkerSettings(BaseSettings):
     queue: str = "auditor"
     dispatch_interval_s: float = 1.0          # 0: no dispatcher/sweeper thread in this worker
     dispatch_batch: int = 500
+    heartbeat_interval_s: float = Field(10.0, gt=0)   # how often each worker writes its heartbeat row (/ready)
     embedded_max_lag_s: float = 10.0          # embedded default: scoring waits this long at most while requests run
     embedded_busy_share: float = Field(0.25, gt=0, le=1)   # ... and takes at most this share of a CPU meanwhile
     redeliver_after_s: float = 300.0          # outbox rows unacknowledged this long are published again

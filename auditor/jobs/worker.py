@@ -20,8 +20,9 @@ from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_init, worker_process_init, worker_ready, worker_shutdown
 
 from auditor.alerts.engine import AlertSchedule
-from auditor.jobs import reaudit, reaudit_chunks, scoring
+from auditor.jobs import reaudit, reaudit_chunks, scoring, task_logging  # noqa: F401 - connects its signals
 from auditor.jobs.domains import shared_detector
+from auditor.jobs.heartbeat import HeartbeatThread
 from auditor.jobs.outbox import acknowledge_hook, dispatch_once
 from auditor.jobs.settings import WorkerSettings, worker_settings
 from auditor.kg.errors import KgIntegrityError
@@ -258,6 +259,20 @@ class Dispatcher:
 
 
 _dispatcher: Dispatcher | None = None
+_heartbeat: HeartbeatThread | None = None
+
+
+@worker_ready.connect
+def _start_heartbeat(**_: Any) -> None:
+    """Tell the API processes (`/ready`) that scoring has a live worker, whether or not this one dispatches."""
+    global _heartbeat
+    _heartbeat = HeartbeatThread(_open_database(), "celery", interval_s=_SETTINGS.heartbeat_interval_s).start()
+
+
+@worker_shutdown.connect
+def _stop_heartbeat(**_: Any) -> None:
+    if _heartbeat is not None:
+        _heartbeat.stop()
 
 
 @worker_ready.connect

@@ -185,6 +185,10 @@ class EngineRecipe:
     def __call__(self) -> LLMEngine:
         # No cyclic GC while building (torch's import and the KGs are millions of long-lived objects, and
         # build_engine collects once at its end); what is built is frozen out of the GC's view for the step loop.
+        from auditor.logs import configure as configure_logging
+
+        # a spawned process starts with no handlers: its lines take the API process's format
+        configure_logging(self.settings.log_format, level=self.settings.log_level)
         configure_malloc_for(self.settings)   # before the step loop's threads allocate
         enabled = gc.isenabled()
         gc.disable()

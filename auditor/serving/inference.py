@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -40,6 +41,7 @@ from auditor.auth.principal import Principal
 from auditor.gate.gate import InputGateResult, OutputGate, Verifier, check_input, strongest
 from auditor.gate.pii import redact_pii
 from auditor.gate.tool_policy import load_tool_policies
+from auditor.logs import bind
 from auditor.serving.cost import (
     DeliveredRequests,
     PriceTable,
@@ -51,6 +53,7 @@ from auditor.serving.cost import (
 from auditor.serving.domains import DomainRequired, DomainResolution, resolve_request_domain
 from auditor.serving.knowledge import KgConstraint, Knowledge
 from auditor.serving.metrics import RequestObservation, ServiceMetrics
+from auditor.serving.refusals import context_length_message, input_refusal, output_refusal, withheld_rules
 from auditor.serving.registry import Backend, LocalBackend, ModelRoute
 from auditor.serving.surface import RequestSurface, apply_tool_decisions, parses_as_json, redacted_message
 from auditor.serving.traffic import LiveTraffic
@@ -62,10 +65,12 @@ from auditor.trail.chain import sha256_text
 from auditor.trail.group_commit import GroupCommitter
 from auditor.trail.records import NewRecord
 from auditor.trail.segments import ChainedRecordWrite, StreamOpening, insert_opening, insert_segment
-from engine.errors import EngineDeadError
+from engine.errors import ContextLengthExceeded, EngineDeadError
 from engine.outputs import RequestOutput, TokenLogprob
 from engine.sampling_params import InvalidRequestError, SamplingParams
 from knowledge_graphs.detection import DomainDetector
+
+logger = logging.getLogger("auditor.inference")
 
 
 class AuditUnavailable(Exception):
@@ -131,6 +136,7 @@ class Outcome:
     audit_extras: dict[str, Any] = field(default_factory=dict)
     contradicted: list[dict[str, Any]] = field(default_factory=list)   # the claims a regeneration must avoid
     domain: dict[str, Any] | None = None     # {"name", "source", "verified_under", "scores"}
+    refusal: str | None = None       # what the gate refused or withheld, and why (`auditor.serving.refusals`)
 
     def audit_summary(self) -> dict[str, Any]:
         return {"gate_action": self.gate_action, "claims": self.claim_counts, "fer": self.fer,
@@ -252,8 +258,10 @@ class InferenceService:
         if kg is not None and kg.applied and self.settings.kg_constraint:
             params.extra_args.update(kg.extra_args())
         mode = self.settings.content_mode_for(domain)
+        audit_id = str(uuid.uuid4())
+        bind(audit_id=audit_id, request_id=context.request_id)   # every later line of this request names it
         return Prepared(
-            audit_id=str(uuid.uuid4()), context=context, prompt=rendered,
+            audit_id=audit_id, context=context, prompt=rendered,
             stored_prompt=redacted_stored if mode == "redacted" else raw_stored, gate_text=user_text,
             params=params, input_gate=gate, kg=kg, content_mode=mode, backend=backend, resolution=resolution,
             details=dict(backend.record_details() or {}), surface=surface, template_tokens=template_tokens,
@@ -320,6 +328,7 @@ class InferenceService:
                     yield piece
             await opened.committed()
             outcome = self._finish_surface(prepared, gate, generation, self._outcome(prepared, gate, generation))
+            _say_withheld(prepared, gate, generation, outcome)
             record_attempted = True
             await self._record(prepared, gate, generation, outcome)
             if last_piece:
@@ -329,6 +338,11 @@ class InferenceService:
             record_attempted = True
             await opened.settled()
             await self._record_failure(prepared, gate, generation, str(exc))
+            if isinstance(exc, ContextLengthExceeded):
+                raise BadRequest(context_length_message(
+                    endpoint=prepared.context.endpoint, prompt_tokens=exc.prompt_tokens,
+                    max_model_len=exc.max_model_len), code="context_length_exceeded",
+                    param="messages" if prepared.context.endpoint == "chat" else "prompt") from exc
             raise BadRequest(str(exc)) from exc
         except EngineDeadError as exc:   # the engine process died under it, or is restarting
             record_attempted = True
@@ -337,6 +351,8 @@ class InferenceService:
             raise EngineUnavailable(str(exc)) from exc
         except UpstreamError as exc:     # 502/504: the trail says what failed and what was delivered
             record_attempted = True
+            # one line with the cause, streamed or not (a stream's status was 200 before the fault)
+            logger.warning("upstream model %s failed: %s: %s", prepared.backend.model_id, exc.code, exc.summary)
             await opened.settled()
             delivered = gate.delivered if opening is not None else ""   # a plain response had not been sent
             # our summary, never the client message: the upstream's own words go in only as the content mode allows
@@ -576,6 +592,27 @@ class InferenceService:
             queue_s=generation.timings.get("queue_s"), token_gaps=generation.token_gaps,
             decisions=[(d.stage, d.action) for d in prepared.input_gate.decisions + gate.decisions],
             gate_action=gate_action, claim_counts=gate.claim_counts(), fer=gate.fer(), usage=usage))
+
+def _say_withheld(prepared: Prepared, gate: OutputGate, generation: _Generation, outcome: Outcome) -> None:
+    """An input refusal, or output the gate withheld wholly or in part, says so in the standard fields: a
+    refusal text naming the rules and the audit id, and finish_reason content_filter (tool calls that were
+    delivered keep "tool_calls": the client must still run them). The model's own finish reason stays in the
+    `audit` extra."""
+    refused = prepared.input_gate.refusal
+    if refused is not None:
+        outcome.refusal = input_refusal(refused, prepared.audit_id)
+        return
+    rules = withheld_rules(gate.decisions)
+    if not rules:
+        return
+    # the service's own sentence ("I can't provide this answer: ...") replaced everything the model wrote
+    own_words = outcome.finish_reason == "content_filter" and outcome.text.startswith("I can't")
+    whole = not outcome.tool_calls and (not outcome.text.strip() or own_words)
+    outcome.refusal = output_refusal(rules, prepared.audit_id, whole=whole)
+    outcome.audit_extras["withheld"] = {"rule_ids": rules, "model_finish_reason": generation.finish_reason}
+    if outcome.finish_reason != "tool_calls":
+        outcome.finish_reason = "content_filter"
+
 
 def _domain_summary(resolution: DomainResolution) -> dict[str, Any]:
     """What the response tells the client about the domain its output was verified under."""

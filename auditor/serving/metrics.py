@@ -174,6 +174,14 @@ class ServiceMetrics:
         self.excluded_requests = Counter("auditor_excluded_requests", "Requests whose tokens are not effective, "
                                          "by reason (failed, empty, retry)", [*usage_labels, "reason"],
                                          registry=registry)
+        # upstream models (auditor.serving.upstream): label values are the configured model ids and a fixed set of
+        # outcomes (ok, cancelled, or the UpstreamError code), so the series stay bounded
+        self.upstream_requests = Counter("auditor_upstream_requests", "Requests to upstream models by outcome "
+                                         "(ok, cancelled, or the upstream error code)", ["upstream", "status"],
+                                         registry=registry)
+        self.upstream_latency = Histogram("auditor_upstream_request_seconds", "Duration of each request to an "
+                                          "upstream model, to its last byte or failure", ["upstream"],
+                                          buckets=_LATENCY_BUCKETS, registry=registry)
 
     def watch_engine(self, stats: Callable[[], dict[str, object]]) -> None:
         """Expose `stats()` at scrape time; a restarted lifespan replaces the previous engine's collector."""
@@ -216,6 +224,10 @@ class ServiceMetrics:
             self.excluded_requests.labels(*labels, usage.excluded).inc()
         if usage.cost is not None and usage.currency is not None:
             self.cost.labels(*labels, usage.currency).inc(usage.cost)
+
+    def observe_upstream(self, upstream: str, status: str, seconds: float) -> None:
+        self.upstream_requests.labels(upstream, status).inc()
+        self.upstream_latency.labels(upstream).observe(seconds)
 
     def count_error(self, kind: str | None, status: int) -> None:
         self.errors.labels(kind or f"http_{status}", str(status)).inc()

@@ -37,12 +37,14 @@ import json
 import time
 import unicodedata
 from collections.abc import AsyncIterator, Awaitable
+from contextlib import aclosing
 from typing import Any, TypeVar
 
 import httpx
 
 from auditor.gate.pii import redact_pii
 from auditor.serving.registry import UpstreamConfig
+from auditor.serving.upstream_health import CANCELLED, OK, UpstreamHealth
 from auditor.trail.chain import sha256_text
 from engine.outputs import RequestOutput, RequestStats, TokenLogprob
 from engine.sampling_params import SamplingParams
@@ -105,6 +107,7 @@ class UpstreamBackend:
         self._api_key = api_key
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
+        self.health = UpstreamHealth()   # outcomes of the requests made anyway: /ready and the metrics read them
 
     # -- lifecycle -------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -139,7 +142,27 @@ class UpstreamBackend:
                 "decoding": {"kg_constrained": False, "reason": _NOT_CONSTRAINED}}
 
     async def generate(self, prompt: str | list[dict[str, str]], params: SamplingParams, *, request_id: str,
-                       trace: dict[str, Any], **_engine_kwargs: Any) -> AsyncIterator[RequestOutput]:
+                       trace: dict[str, Any], **engine_kwargs: Any) -> AsyncIterator[RequestOutput]:
+        """`_generate`, its outcome and latency told to `self.health` (ok, cancelled or the UpstreamError code)."""
+        started, outcome = time.perf_counter(), CANCELLED
+        try:
+            # aclosing: a consumer that stops early (a gate refusal) closes the upstream request now, not at GC
+            async with aclosing(self._generate(prompt, params, request_id=request_id, trace=trace,
+                                               **engine_kwargs)) as outputs:
+                async for out in outputs:
+                    yield out
+            outcome = OK
+        except UpstreamError as exc:
+            outcome = exc.code
+            raise
+        except Exception:
+            outcome = "internal_error"
+            raise
+        finally:
+            self.health.observe(outcome, time.perf_counter() - started)
+
+    async def _generate(self, prompt: str | list[dict[str, str]], params: SamplingParams, *, request_id: str,
+                        trace: dict[str, Any], **_engine_kwargs: Any) -> AsyncIterator[RequestOutput]:
         """Outputs like the engine's (`text` cumulative, `new_text` and `logprobs` the delta); `trace` gets the
         upstream's response id and timings."""
         chat = isinstance(prompt, list)

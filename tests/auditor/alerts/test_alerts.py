@@ -1,8 +1,9 @@
 """Alert rules: expressions read as documented, a firing rule waits out its cooldown, a dead webhook is retried
-then recorded as failed with its error, and every alert is a chained event."""
+then recorded as dead with its error, and every alert is a chained event."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -54,11 +55,11 @@ def test_a_firing_rule_waits_out_its_cooldown_and_resolves(database: Database) -
     posted: list[dict] = []
     now = utcnow()
     for minutes, fired in ((0, 1), (1, 0), (11, 1)):
-        result = run_due(database, check_interval_s=1, retry_delays_s=[1], post=lambda _u, p: posted.append(p),
+        result = run_due(database, check_interval_s=1, retry_delays_s=[1], post=lambda _u, b, _h: posted.append(json.loads(b)) or 200,
                          now=now + timedelta(minutes=minutes))
         assert result["fired"] == fired, minutes
     assert len(posted) == 2 and posted[0]["value"] == 1 and posted[0]["rule"]["expression"] == "contradicted > 0 over 1h"
-    result = run_due(database, check_interval_s=1, retry_delays_s=[1], post=lambda _u, _p: None,
+    result = run_due(database, check_interval_s=1, retry_delays_s=[1], post=lambda _u, _b, _h: 200,
                      now=now + timedelta(hours=3))   # the record left the window
     with database.session() as session:
         assert result["fired"] == 0 and session.get(AlertRule, rule_id).state == "ok"
@@ -66,11 +67,11 @@ def test_a_firing_rule_waits_out_its_cooldown_and_resolves(database: Database) -
         assert verify_trail(conn, TEST_CHAIN_KEY.hmac_key).ok
 
 
-def test_a_dead_webhook_is_retried_then_recorded_as_failed(database: Database) -> None:
+def test_a_dead_webhook_is_retried_then_recorded_as_dead(database: Database) -> None:
     append_output(database, "[false] Wrong.")
     _rule(database, "records > 0 over 1h")
 
-    def refuse(_url: str, _payload: dict) -> None:
+    def refuse(_url: str, _body: bytes, _headers: dict) -> int:
         raise ConnectionRefusedError("connection refused")
 
     now = utcnow()
@@ -79,4 +80,4 @@ def test_a_dead_webhook_is_retried_then_recorded_as_failed(database: Database) -
     assert [o["failed"] for o in outcomes] == [0, 0, 1, 0] and sum(o["fired"] for o in outcomes) == 1
     with database.session() as session:
         alert = session.execute(select(Alert)).scalar_one()
-    assert (alert.delivery, alert.attempts) == ("failed", 3) and "connection refused" in alert.last_error
+    assert (alert.delivery, alert.attempts) == ("dead", 3) and "connection refused" in alert.last_error

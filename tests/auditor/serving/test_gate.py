@@ -103,7 +103,9 @@ def test_stream_never_sends_blocked_sentence(app_factory) -> None:
     with client.stream("POST", "/v1/chat/completions", json={"model": "auditor-medical", "stream": True,
                                                               "messages": [{"role": "user", "content": "doses?"}]}) as r:
         body = r.read().decode()
-    assert "Warfarin" not in body and "Metformin helps." in body
+    # the blocked sentence never left (the refusal names its rule, whose id here is made of the trigger word)
+    assert "Warfarin doubles" not in body and "Metformin helps." in body
+    assert '"finish_reason": "content_filter"' in body and "test.Warfarin" in body
     record = client.get(f"/v1/audits/{r.headers['X-Audit-Id']}").json()
     assert "Warfarin" in record["output"] and "Warfarin" not in record["delivered_output"]
     assert record["gate_action"] == "block" and record["status"] == "blocked"

@@ -38,12 +38,12 @@ def log_context(**fields: Any) -> Iterator[dict[str, Any]]:
 
 
 def bind(**fields: Any) -> None:
-    """Add what is now known (an audit id, a tenant) to the current request's or task's context."""
+    """Add what is now known (an audit id, a tenant) to the current request's or task's context. Outside one
+    (a direct call, a test) it does nothing: a context set here would outlive the request and name it on every
+    later line of the thread."""
     values = _context.get()
-    if values is None:
-        values = {}
-        _context.set(values)
-    values.update({name: value for name, value in fields.items() if value is not None})
+    if values is not None:
+        values.update({name: value for name, value in fields.items() if value is not None})
 
 
 def current() -> dict[str, Any]:
@@ -74,15 +74,34 @@ def json_formatter() -> logging.Formatter:
                  rename_fields={"levelname": "level", "name": "logger"})
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever `sys.stderr` is when a line is written (as logging's last-resort handler does), so a
+    replaced or redirected stderr never leaves the handler writing to a closed stream."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def configure(log_format: LogFormat = "auto", *, level: int | str = logging.INFO,
-              stream: Any = None) -> logging.Handler:
-    """Replace the root logger's handlers with one that writes `log_format` to `stream` (stderr)."""
-    stream = stream if stream is not None else sys.stderr
-    chosen = log_format if log_format != "auto" else ("text" if _is_terminal(stream) else "json")
-    handler = logging.StreamHandler(stream)
+              stream: Any = None, force: bool = False) -> logging.Handler | None:
+    """Give the root logger one handler that writes `log_format` to `stream` (default: stderr, as it is at each
+    write). Like `logging.basicConfig`, it leaves a root logger that already has handlers alone (a host that
+    embeds the service, or a test run, chose its own) unless `force`; returns the handler it installed."""
+    root = logging.getLogger()
+    if root.handlers and not force:
+        return None
+    chosen = log_format if log_format != "auto" else ("text" if _is_terminal(stream or sys.stderr) else "json")
+    handler = logging.StreamHandler(stream) if stream is not None else _Stderr()
     handler.addFilter(ContextFilter())
     handler.setFormatter(json_formatter() if chosen == "json" else logging.Formatter(_TEXT))
-    root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)

@@ -17,7 +17,7 @@ _contexts: dict[str, Any] = {}   # task id -> the open log context (prerun and p
 def _service_format(loglevel: Any = None, **_: Any) -> None:
     """Connected, this replaces Celery's own logging set-up: one format for every process of the service."""
     settings = get_settings()
-    level = loglevel if isinstance(loglevel, int) else settings.log_level
+    level = loglevel if isinstance(loglevel, (int, str)) and loglevel else settings.log_level
     configure(settings.log_format, level=level)
 
 

@@ -187,7 +187,7 @@ class EngineRecipe:
         # build_engine collects once at its end); what is built is frozen out of the GC's view for the step loop.
         from auditor.logs import configure as configure_logging
 
-        # a spawned process starts with no handlers: its lines take the API process's format
+        # a spawned core starts with no handlers: its lines take the service's format (a host's stay as they are)
         configure_logging(self.settings.log_format, level=self.settings.log_level)
         configure_malloc_for(self.settings)   # before the step loop's threads allocate
         enabled = gc.isenabled()

@@ -37,7 +37,7 @@ def _lines(stream: io.StringIO) -> list[dict]:
 
 def test_a_json_line_carries_the_requests_context(root_logging) -> None:
     stream = io.StringIO()
-    configure("auto", stream=stream)          # not a terminal: JSON
+    configure("auto", stream=stream, force=True)          # not a terminal: JSON
     with log_context(request_id="req-1"):
         bind(tenant="acme", audit_id="a-1")
         logging.getLogger("auditor.gate").warning("blocked %s", "a dose")
@@ -51,7 +51,7 @@ def test_a_json_line_carries_the_requests_context(root_logging) -> None:
 
 def test_a_terminal_gets_readable_text(root_logging) -> None:
     stream = _Terminal()
-    configure("auto", stream=stream)
+    configure("auto", stream=stream, force=True)
     with log_context(audit_id="a-2"):
         logging.getLogger("auditor").info("scored")
     line = stream.getvalue().strip()
@@ -74,7 +74,7 @@ def test_what_a_thread_binds_reaches_the_requests_context(root_logging) -> None:
 def test_every_refused_request_logs_one_warning_with_its_cause(app_factory, root_logging) -> None:
     client = app_factory()
     stream = io.StringIO()
-    configure("json", stream=stream)
+    configure("json", stream=stream, force=True)
     response = client.post("/v1/chat/completions", headers={"X-Request-Id": "client-42"},
                            json={"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "n": 0})
     assert 400 <= response.status_code < 500
@@ -88,3 +88,21 @@ def test_every_refused_request_logs_one_warning_with_its_cause(app_factory, root
     ok = client.post("/v1/chat/completions", json={"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]})
     assert ok.status_code == 200
     assert len([line for line in _lines(stream) if line["logger"] == "auditor.http"]) == 1
+
+
+def test_a_host_that_configured_logging_keeps_its_handlers(root_logging) -> None:
+    # `auditor serve` run inside another program (or a test) must not take over its logging
+    stream = io.StringIO()
+    logging.getLogger().addHandler(logging.StreamHandler(stream))
+    before = list(logging.getLogger().handlers)
+    assert configure("json") is None and logging.getLogger().handlers == before
+
+
+def test_the_default_handler_follows_stderr(root_logging, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a handler holding the stderr of its day writes to a closed file once stderr is swapped (tests, daemons)
+    configure("json", force=True)
+    for _ in range(2):
+        swapped = io.StringIO()
+        monkeypatch.setattr("sys.stderr", swapped)
+        logging.getLogger("auditor").warning("to the current stderr")
+        assert "to the current stderr" in swapped.getvalue()

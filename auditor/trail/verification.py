@@ -37,6 +37,7 @@ def _sign(key: bytes, ledger: int, seq: int, record_hash: str) -> str:
 
 def verify_store(database: Database, *, hmac_key: bytes, witness: Witness | None = None,
                  mode: VerifyMode = "full") -> ChainReport:
+    witnessed = list(witness.entries()) if witness is not None else None   # before the snapshot: see the check
     with database.snapshot() as conn:
         starts, notes = _starts(conn, hmac_key) if mode == "incremental" else ({}, {})
         report = verify_trail(conn, hmac_key, starts=starts)
@@ -46,8 +47,8 @@ def verify_store(database: Database, *, hmac_key: bytes, witness: Witness | None
             report.extra["started_after"] = {name: link.seq for name, link in starts.items()}
             if notes:
                 report.extra["full_walk_because"] = notes
-        if witness is not None:
-            problem, read = check_against_witness(conn, witness, hmac_key)
+        if witnessed is not None:
+            problem, read = check_against_witness(conn, witnessed, hmac_key)
             report.extra["witness_entries"] = read
             if problem is not None:
                 report.ok, report.problem = False, report.problem or problem

@@ -21,7 +21,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlparse
@@ -203,12 +203,15 @@ class WitnessPublisher:
 # -- checking --------------------------------------------------------------------------------------
 
 
-def check_against_witness(conn: Connection, witness: Witness, hmac_key: bytes) -> tuple[ChainProblem | None, int]:
-    """The first disagreement between the store and the witness, and how many witness entries were read.
+def check_against_witness(conn: Connection, witnessed: Iterable[dict[str, Any]],
+                          hmac_key: bytes) -> tuple[ChainProblem | None, int]:
+    """The first disagreement between the store and the witness entries, and how many were read. Read the
+    witness *before* opening `conn`'s snapshot: entries are published after their commits, so everything read
+    then is in the snapshot, while one published after the snapshot was taken would look like a rollback.
     Entries whose signature does not verify under the key are reported: someone wrote to the witness."""
     newest: dict[str, dict[str, Any]] = {}
     read = 0
-    for entry in witness.entries():
+    for entry in witnessed:
         read += 1
         ledger = _BY_NAME.get(entry.get("ledger", ""))
         if ledger is None:

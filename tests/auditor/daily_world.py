@@ -8,8 +8,6 @@ The imported answers are the ones issue 17 names (a Metformin dose of 5000 mg, L
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
 import time
@@ -26,13 +24,12 @@ from sqlalchemy import func, select
 
 from auditor.app import create_app
 from auditor.auth.keys import create_key
-from auditor.cli import main
 from auditor.packs.source import StorePacks
-from auditor.settings import get_settings
 from auditor.store.database import Database
 from auditor.trail.models import AuditRecord, Evaluation
 from rules.packs import PACK_DIR
 from tests.auditor.conftest import TEST_HMAC_KEY, FakeEngine, make_settings
+from tests.cli_runner import run_cli
 
 LIVE_REPLY = "The maximum daily dose of Metformin for adults is 5000 mg."
 # (name, domain, hours ago, output)
@@ -73,19 +70,7 @@ class World:
     def cli(self, *args: str) -> tuple[int, str, str]:
         """`auditor <args>` in-process on the same store: (exit status, stdout, stderr)."""
         assert self.monkeypatch is not None
-        for name, value in self.cli_env.items():
-            self.monkeypatch.setenv(name, value)
-        get_settings.cache_clear()
-        out, err = io.StringIO(), io.StringIO()
-        try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                try:
-                    status = main(list(args))
-                except SystemExit as exc:
-                    status = int(exc.code or 0)
-        finally:
-            get_settings.cache_clear()
-        return status, out.getvalue(), err.getvalue()
+        return run_cli(self.monkeypatch, self.cli_env, *args)
 
     def wait_scored(self, timeout_s: float = 180.0) -> None:
         """Until every completed record has its live evaluation (the embedded worker scores through the outbox)."""

@@ -6,8 +6,6 @@ before the hardening and showed each finding (see docs/security.md and the issue
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,9 +17,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, create_engine, text
 
 from auditor.app import create_app
-from auditor.settings import Settings, get_settings
+from auditor.settings import Settings
 from auditor.store.scratch import drop_schema
 from tests.auditor.conftest import FakeEngine
+from tests.cli_runner import run_cli
 
 POSTGRES_URL = os.environ.get("AUDITOR_TEST_POSTGRES_URL")
 HMAC_KEY = "security-test-hmac-key-0123456789abcdef"
@@ -89,24 +88,10 @@ def app_on(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., TestClient
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[int, str, str]]:
     """`cli(url, *args, **env)`: run `auditor <args>` in-process on the store; (exit status, stdout, stderr)."""
-    from auditor.cli import main
-
     def run(url: str, *args: str, **env: str) -> tuple[int, str, str]:
         values = {"AUDITOR_DATABASE_URL": url, "AUDITOR_ENVIRONMENT": "test", "AUDITOR_HMAC_KEY": HMAC_KEY,
                   "AUDITOR_WORKER_EVALUATOR": MARKER_EVALUATOR, **env}
-        for name, value in values.items():
-            monkeypatch.setenv(name, value)
-        get_settings.cache_clear()
-        out, err = io.StringIO(), io.StringIO()
-        try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                try:
-                    status = main(list(args))
-                except SystemExit as exc:   # argparse
-                    status = int(exc.code or 0)
-        finally:
-            get_settings.cache_clear()
-        return status, out.getvalue(), err.getvalue()
+        return run_cli(monkeypatch, values, *args)
 
     return run
 

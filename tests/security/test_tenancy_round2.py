@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 
 import httpx
-import pytest
 
 from auditor.alerts.engine import run_due
 from tests.security.conftest import chat
@@ -17,13 +16,6 @@ from tests.security.conftest import chat
 SECRET = "s3cret-hook-token-7f1c"
 BETA_HOOK = f"https://hooks.example.net/services/T0/B0/{SECRET}?token={SECRET}"
 GLOBAL_HOOK = f"https://ops:{SECRET}@pager.example.org/v2/enqueue?routing_key={SECRET}"
-
-
-@pytest.fixture(autouse=True)
-def _no_embedded_dispatcher(monkeypatch: pytest.MonkeyPatch) -> None:
-    # the tests run the alert pass themselves, with a fake poster: the app's own dispatcher would race them for
-    # the new rules (they are due at once) and post to the hooks' hosts for real
-    monkeypatch.setenv("AUDITOR_WORKER_DISPATCH_INTERVAL_S", "0")
 
 
 def _key(cli, url: str, role: str, tenant: str) -> str:
@@ -47,6 +39,9 @@ def _alerts_world(app_on, cli, url: str):
         ("admin", "admin", "ops"), ("acme_auditor", "auditor", "acme"), ("beta_auditor", "auditor", "beta"),
         ("beta_client", "client", "beta"), ("acme_client", "client", "acme")]}
     client = app_on(url, alert_check_interval_s=3600)
+    # the test runs the alert pass itself, with a fake poster: the app's own dispatcher would race it for the new
+    # rules (they are due at once) and post to the hooks' hosts for real
+    client.app.state.services.scoring_worker.stop()
     chat(client, 2, **_bearer(keys["beta_client"]))
     chat(client, 1, **_bearer(keys["acme_client"]))
     admin = _bearer(keys["admin"])
@@ -107,6 +102,7 @@ def test_finding_6_webhook_secrets_are_never_shown_back(app_on, cli, store_url: 
 def test_finding_6_the_webhook_still_gets_the_full_url(app_on, cli, sqlite_store: str) -> None:
     keys = {"admin": _key(cli, sqlite_store, "admin", "ops"), "client": _key(cli, sqlite_store, "client", "beta")}
     client = app_on(sqlite_store, alert_check_interval_s=3600)
+    client.app.state.services.scoring_worker.stop()   # as in _alerts_world
     chat(client, 1, **_bearer(keys["client"]))
     assert client.post("/v1/alerts/rules", headers=_bearer(keys["admin"]), json={
         "name": "b", "expression": "records > 0 over 1h for tenant=beta", "webhook_url": BETA_HOOK}).status_code == 201

@@ -5,10 +5,8 @@ dead; `auditor alerts test` posts a signed test payload. All traffic stays on 12
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
-import io
 import json
 import threading
 import time
@@ -23,14 +21,13 @@ from sqlalchemy import text
 from auditor.alerts import service
 from auditor.alerts.engine import run_due
 from auditor.alerts.rules import AlertRuleIn
-from auditor.cli import main
 from auditor.jobs import scoring
-from auditor.settings import get_settings
 from auditor.store.base import utcnow
 from auditor.store.database import Database
 from auditor.trail.access_log import CliOperator
 from tests.auditor.conftest import TEST_HMAC_KEY
 from tests.auditor.scoring_doubles import MarkerEvaluator, append_output
+from tests.cli_runner import run_cli
 
 PUBLIC_URL = "https://auditor.example.org"
 
@@ -90,20 +87,8 @@ def _rule(database: Database, url: str, expression: str = "contradicted > 0 over
 
 
 def _cli(monkeypatch: pytest.MonkeyPatch, database: Database, *args: str) -> tuple[int, str, str]:
-    for name, value in {"AUDITOR_DATABASE_URL": database.url, "AUDITOR_HMAC_KEY": TEST_HMAC_KEY,
-                        "AUDITOR_ENVIRONMENT": "test"}.items():
-        monkeypatch.setenv(name, value)
-    get_settings.cache_clear()
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                status = main(list(args))
-            except SystemExit as exc:
-                status = int(exc.code or 0)
-    finally:
-        get_settings.cache_clear()
-    return status, out.getvalue(), err.getvalue()
+    env = {"AUDITOR_DATABASE_URL": database.url, "AUDITOR_HMAC_KEY": TEST_HMAC_KEY, "AUDITOR_ENVIRONMENT": "test"}
+    return run_cli(monkeypatch, env, *args)
 
 
 def test_the_payload_names_its_records_and_its_signature_verifies(database: Database, receiver_with) -> None:
